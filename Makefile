@@ -1,0 +1,45 @@
+# Better Compute. The two commands: `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help setup demo test lint pgtap pytest clean
+
+help:
+	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
+	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
+	@echo "make lint | make pgtap | make pytest - one stage"
+	@echo "make clean  - stop the demo cluster and remove ./.bc/"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt scripts/install-system-deps.sh
+	bash scripts/install-system-deps.sh
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $@
+
+demo: setup
+	bash scripts/demo.sh
+
+# Each stage fails on a failed test and on an empty run (pytest exits 5 when it collects nothing).
+test: setup
+	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory pgtap
+	@$(MAKE) --no-print-directory pytest
+
+lint: setup
+	$(PY) -m better_compute.lint sql migrations pgtap
+
+pgtap: setup
+	$(PY) scripts/run_pgtap.py
+
+pytest: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+clean:
+	-$(VENV)/bin/better-compute dev down
+	rm -rf .bc

@@ -1,0 +1,52 @@
+-- Deploy better_compute:limits to pg
+-- Snapshot of sql/030_limits.sql when this change was planned.
+
+BEGIN;
+
+-- Bounds (P12, DESIGN §14): every queue, batch, payload and buffer has its limit here, in one place.
+-- Operators read them in ops.limits; code reads one with compute.limit(name), which fails closed:
+-- an unknown name is an error, never a silent "no limit".
+SET LOCAL ROLE bc_owner;
+
+CREATE TABLE compute.limits (
+    name        text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]*$'),
+    value       bigint NOT NULL CHECK (value > 0),
+    unit        text NOT NULL CHECK (unit IN ('bytes', 'count', 'seconds')),
+    description text NOT NULL
+);
+COMMENT ON TABLE compute.limits IS 'Every bound of the system, in one place (P12).';
+
+INSERT INTO compute.limits (name, value, unit, description) VALUES
+    ('http_body_bytes',               65536, 'bytes',   'Largest HTTP request body the relay accepts.'),
+    ('node_message_bytes',          1048576, 'bytes',   'Largest message on a node session, either way.'),
+    ('commands_pending_per_node',        64, 'count',   'Commands queued and not yet finished, per node.'),
+    ('deliveries_pending_per_webhook', 10000, 'count',  'Webhook deliveries not yet delivered or dead, per subscription.'),
+    ('daemon_journal_entries',         4096, 'count',   'Executed command ids the node daemon remembers.'),
+    ('atoms_per_reservation',            64, 'count',   'Atoms one reservation may book.'),
+    ('reservation_window_seconds',  7776000, 'seconds', 'Longest reservation window (90 days).'),
+    ('metric_label_values',            1000, 'count',   'Distinct values of one metric label.'),
+    ('outbox_payload_bytes',          16384, 'bytes',   'Largest event payload in the outbox.'),
+    ('command_output_bytes',          65536, 'bytes',   'Largest command result kept.');
+
+CREATE FUNCTION compute.limit(p_name text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_value bigint;
+BEGIN
+    SELECT l.value INTO v_value FROM compute.limits AS l WHERE l.name = p_name;
+    IF v_value IS NULL THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no limit named %L', p_name),
+            'The known limits are listed in ops.limits.');
+    END IF;
+    RETURN v_value;
+END
+$$;
+COMMENT ON FUNCTION compute.limit(text) IS 'The value of one limit; an unknown name raises NOT_FOUND (fail closed).';
+
+CREATE VIEW ops.limits AS
+    SELECT l.name, l.value, l.unit, l.description FROM compute.limits AS l;
+COMMENT ON VIEW ops.limits IS 'Every bound of the system (P12).';
+
+COMMIT;

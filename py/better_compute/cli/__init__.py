@@ -1,0 +1,9 @@
+"""`better-compute`: the command line. Each group lives in its own module."""
+
+import typer
+
+from better_compute.cli import db, dev
+
+app = typer.Typer(no_args_is_help=True, help="Better Compute: what exists, what is free, who holds it.")
+app.add_typer(dev.app, name="dev")
+app.add_typer(db.app, name="db")

@@ -1,0 +1,98 @@
+"""The error contract: SQL raises it, the relay's table maps it, both sides agree."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+
+from better_compute.db import Database
+from better_compute.errors import SQLSTATE_TO_CODE, ContractError, from_database
+
+
+def test_relay_table_matches_the_database_contract(db: psycopg.Connection) -> None:
+    in_database = {sqlstate: (code, status) for code, sqlstate, status in
+                   db.execute("SELECT code, sqlstate, http_status FROM compute.error_codes").fetchall()}
+    project_codes = {state: mapped for state, mapped in SQLSTATE_TO_CODE.items() if state.startswith("BC")}
+    assert project_codes == in_database
+
+
+@pytest.mark.parametrize("code, status", [
+    ("INVALID_ARGUMENT", 400), ("ACCESS_DENIED", 403), ("NOT_FOUND", 404), ("CAPACITY_CONFLICT", 409),
+    ("GENERATION_CONFLICT", 409), ("IDEMPOTENCY_MISMATCH", 422), ("QUOTA_EXCEEDED", 429), ("FENCED", 409),
+    ("UNSUPPORTED", 501),
+])
+def test_each_contract_code_maps_to_code_hint_and_status(db: psycopg.Connection, code: str, status: int) -> None:
+    with pytest.raises(psycopg.Error) as raised:
+        db.execute("SELECT compute.raise_error(%s, 'it went wrong', 'try this')", (code,))
+    mapped = from_database(raised.value)
+    assert (mapped.code, mapped.message, mapped.hint, mapped.http_status) == (code, "it went wrong", "try this", status)
+    assert mapped.envelope() == {"error": {"code": code, "message": "it went wrong", "hint": "try this"}}
+
+
+@pytest.mark.parametrize("sqlstate", ["23P01", "40P01"])
+def test_exclusion_violation_and_deadlock_are_capacity_conflicts(db: psycopg.Connection, sqlstate: str) -> None:
+    with pytest.raises(psycopg.Error) as raised:
+        db.execute(f"DO $$BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '{sqlstate}'; END$$")
+    assert (from_database(raised.value).code, from_database(raised.value).http_status) == ("CAPACITY_CONFLICT", 409)
+
+
+def test_unknown_sqlstate_is_internal_and_logged(db: psycopg.Connection, caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(psycopg.Error) as raised:
+        db.execute("SELECT 1 / 0")
+    with caplog.at_level(logging.ERROR, logger="better_compute.errors"):
+        mapped = from_database(raised.value)
+    assert (mapped.code, mapped.http_status, mapped.sqlstate) == ("INTERNAL", 500, "22012")
+    assert "division by zero" not in mapped.message  # internals stay in the log
+    assert "SQLSTATE=22012" in caplog.text
+
+
+def test_call_helper_raises_contract_errors(db_dsn: str) -> None:
+    with Database(db_dsn, max_size=2) as database, pytest.raises(ContractError) as raised:
+        database.call("compute.limit", "no_such_limit")
+    assert raised.value.code == "NOT_FOUND"
+    assert raised.value.hint == "The known limits are listed in ops.limits."
+    assert str(raised.value).startswith("NOT_FOUND: no limit named 'no_such_limit'")
+
+
+def test_call_helper_returns_the_value(db_dsn: str) -> None:
+    with Database(db_dsn, max_size=2) as database:
+        assert database.call("compute.limit", "http_body_bytes") == 65536
+
+
+FLAKY = """
+CREATE SEQUENCE public.attempts;  -- nextval() survives the rollback of a failed attempt
+CREATE FUNCTION public.flaky(p_failures int) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE v_attempt bigint := nextval('public.attempts');
+BEGIN
+    IF v_attempt <= p_failures THEN
+        RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001';
+    END IF;
+    RETURN v_attempt;
+END $$;
+"""
+
+
+@pytest.fixture
+def flaky_function(db: psycopg.Connection) -> None:
+    db.execute(FLAKY)
+    db.commit()
+
+
+def test_serialization_failures_are_retried(db_dsn: str, flaky_function: None) -> None:
+    with Database(db_dsn, max_size=2) as database:
+        assert database.call("public.flaky", 3) == 4  # three 40001s, then success on the 4th attempt
+
+
+def test_serialization_retries_are_bounded(db_dsn: str, flaky_function: None) -> None:
+    with Database(db_dsn, max_size=2) as database, pytest.raises(ContractError) as raised:
+        database.call("public.flaky", 1000)
+    assert (raised.value.code, raised.value.sqlstate) == ("INTERNAL", "40001")
+    with psycopg.connect(db_dsn) as conn:
+        assert conn.execute("SELECT last_value FROM public.attempts").fetchone() == (6,)
+
+
+def test_call_helper_refuses_unqualified_function_names(db_dsn: str) -> None:
+    with Database(db_dsn, max_size=1) as database, pytest.raises(ValueError):
+        database.call("limit; DROP TABLE x", 1)
