@@ -1,0 +1,170 @@
+"""The migrations: they build the same catalog as sql/, revert cleanly, verify what they deploy, and
+stay a Sqitch project that the real `sqitch` deploys, verifies and reverts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from better_compute import migrate
+from better_compute.embedded import pg_bindir
+from schema_catalog import OUR_ROLES, leftover_objects, schema_diff, schema_dump
+
+PLAN = migrate.read_plan()
+CHANGE_NAMES = [change.name for change in PLAN.changes]
+ROLES_CHANGE = "roles"  # roles belong to the cluster, shared with the session's other databases
+
+
+def built_by_migrations(empty_database: Callable[[], str]) -> str:
+    dsn = empty_database()
+    migrate.migrate(dsn)
+    return dsn
+
+
+def built_from_sql_dir(empty_database: Callable[[], str]) -> str:
+    dsn = empty_database()
+    migrate.load_declarative(dsn)
+    return dsn
+
+
+def test_migrations_and_sql_dir_build_the_same_catalog(empty_database: Callable[[], str]) -> None:
+    by_migrations = schema_dump(built_by_migrations(empty_database))
+    from_sql_dir = schema_dump(built_from_sql_dir(empty_database))
+    diff = schema_diff(by_migrations, from_sql_dir, labels=("migrations/", "sql/"))
+    assert diff == "", f"migrations/ and sql/ build different catalogs:\n{diff}"
+
+
+@pytest.mark.parametrize(("alteration", "expected_in_diff"), [
+    ("ALTER TABLE compute.limits ADD COLUMN x integer", ["CREATE TABLE compute.limits (", "x integer"]),
+    ("CREATE FUNCTION compute.extra() RETURNS integer LANGUAGE sql AS 'SELECT 1'", ["compute.extra()"]),
+    ("GRANT EXECUTE ON FUNCTION compute.limit(text) TO bc_api", ['compute."limit"(p_name text) TO bc_api']),
+    ("ALTER VIEW ops.limits OWNER TO bc_operator", ["ALTER TABLE ops.limits OWNER TO bc_operator"]),
+    ("COMMENT ON TABLE compute.limits IS 'changed'", ["COMMENT ON TABLE compute.limits IS 'changed'"]),
+    ("ALTER DEFAULT PRIVILEGES FOR ROLE bc_owner GRANT EXECUTE ON FUNCTIONS TO PUBLIC",
+     ["DEFAULT PRIVILEGES FOR ROLE bc_owner ON FUNCTIONS"]),
+], ids=["column", "function", "grant", "owner", "comment", "database-wide-default-privileges"])
+def test_catalog_comparison_reports_a_difference(
+    empty_database: Callable[[], str], alteration: str, expected_in_diff: list[str]
+) -> None:
+    by_migrations = built_by_migrations(empty_database)
+    altered = built_from_sql_dir(empty_database)
+    with psycopg.connect(altered) as conn:
+        conn.execute(alteration)
+    diff = schema_diff(schema_dump(by_migrations), schema_dump(altered), labels=("migrations/", "altered"))
+    assert diff != "", f"the comparison missed: {alteration}"
+    missing = [text for text in expected_in_diff if text not in diff]
+    assert not missing, f"the diff does not name {missing}:\n{diff}"
+
+
+def test_deploy_revert_all_deploy_again(empty_database: Callable[[], str]) -> None:
+    dsn = built_by_migrations(empty_database)
+    first_build = schema_dump(dsn)
+
+    assert migrate.revert(dsn) == CHANGE_NAMES[::-1]
+    assert leftover_objects(dsn) == []
+    assert [name for name, applied, _ in migrate.status(dsn) if applied] == []
+
+    assert migrate.migrate(dsn) == CHANGE_NAMES
+    assert migrate.verify(dsn) == [(name, None) for name in CHANGE_NAMES]
+    diff = schema_diff(first_build, schema_dump(dsn), labels=("first deploy", "deploy after revert"))
+    assert diff == "", f"deploying again built a different catalog:\n{diff}"
+
+
+def test_every_verify_script_passes_on_a_migrated_database(empty_database: Callable[[], str]) -> None:
+    dsn = built_by_migrations(empty_database)
+    assert migrate.verify(dsn) == [(name, None) for name in CHANGE_NAMES]
+
+
+def verify_error(conn: psycopg.Connection, change: migrate.Change) -> psycopg.Error | None:
+    """Run the change's verify script in a transaction that is rolled back; its error, if any."""
+    try:
+        conn.execute(migrate.without_transaction_lines(change.script("verify").read_text()))
+        return None
+    except psycopg.Error as error:
+        return error
+    finally:
+        conn.rollback()
+
+
+# One case per change of the plan; for `roles`, one per role, which the case hides.
+CASES_WITHOUT_A_CHANGE = [
+    *(pytest.param(change, role, id=f"{change.name}-without-{role}")
+      for change in PLAN.changes if change.name == ROLES_CHANGE for role in OUR_ROLES),
+    *(pytest.param(change, None, id=change.name) for change in PLAN.changes if change.name != ROLES_CHANGE),
+]
+
+
+def hide_role(conn: psycopg.Connection, role: str) -> None:
+    """Rename a role in the open transaction. Roles belong to the cluster and other databases of the
+    session use them, so reverting `roles` would keep them; the rename is seen by this transaction only."""
+    rename = sql.SQL("ALTER ROLE {} RENAME TO {}")
+    conn.execute(rename.format(sql.Identifier(role), sql.Identifier(f"{role}_hidden")))
+
+
+@pytest.mark.parametrize(("change", "hidden_role"), CASES_WITHOUT_A_CHANGE)
+def test_each_verify_script_fails_without_its_change(
+    empty_database: Callable[[], str], change: migrate.Change, hidden_role: str | None
+) -> None:
+    dsn = built_by_migrations(empty_database)
+    with psycopg.connect(dsn) as conn:
+        error = verify_error(conn, change)
+        assert error is None, f"verify/{change.name}.sql fails on a fully migrated database: {error}"
+
+        if hidden_role is None:
+            previous = CHANGE_NAMES[CHANGE_NAMES.index(change.name) - 1]
+            migrate.revert(dsn, to=previous)
+        else:
+            hide_role(conn, hidden_role)
+
+        missing = f"role {hidden_role}" if hidden_role else f"change {change.name}"
+        assert verify_error(conn, change) is not None, f"verify/{change.name}.sql passes without {missing}"
+
+
+_LIBPQ_ENVIRONMENT = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE"}
+
+
+def sqitch_environment(dsn: str, home: Path) -> dict[str, str]:
+    """Our environment less any PG*/SQITCH_* settings, then the database as libpq variables, a
+    private HOME and no system sqitch.conf, and the psql of the server's version first on PATH."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PG", "SQITCH_"))}
+    env.update({_LIBPQ_ENVIRONMENT[key]: str(value) for key, value in conninfo_to_dict(dsn).items()})
+    env.update(HOME=str(home), SQITCH_SYSTEM_CONFIG=str(home / "no-system-sqitch.conf"),
+               SQITCH_FULLNAME="Better Compute tests", SQITCH_EMAIL="tests@better-compute.invalid",
+               PATH=f"{pg_bindir()}{os.pathsep}{os.environ.get('PATH', '')}")
+    return env
+
+
+def sqitch(*args: str, env: dict[str, str]) -> None:
+    """Run `sqitch <args> db:pg:` in migrations/; fail the test, showing its output, unless it exits 0."""
+    argv = ["sqitch", *args, "db:pg:"]
+    done = subprocess.run(argv, cwd=migrate.MIGRATIONS_DIR, env=env, capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 0, (
+        f"{' '.join(argv)} exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")
+
+
+@pytest.mark.skipif(shutil.which("sqitch") is None,
+                    reason="the sqitch CLI is not installed (CI installs it: apt-get install sqitch)")
+def test_sqitch_deploys_verifies_and_reverts_the_same_project(
+    empty_database: Callable[[], str], tmp_path: Path
+) -> None:
+    dsn = empty_database()
+    env = sqitch_environment(dsn, tmp_path)
+
+    sqitch("deploy", env=env)
+    sqitch("verify", env=env)
+    sqitch("revert", "-y", env=env)
+    assert leftover_objects(dsn) == []
+    sqitch("deploy", env=env)
+
+    by_yoyo = schema_dump(built_by_migrations(empty_database))
+    diff = schema_diff(by_yoyo, schema_dump(dsn), labels=("yoyo", "sqitch"))
+    assert diff == "", f"sqitch and yoyo build different catalogs:\n{diff}"
