@@ -15,7 +15,9 @@ import psycopg
 
 from better_compute import embedded, migrate
 
-PGTAP_DIR = Path(__file__).resolve().parents[1] / "pgtap"
+ROOT = Path(__file__).resolve().parents[1]
+PGTAP_DIR = ROOT / "pgtap"
+FIXTURES_DIR = ROOT / "tests" / "fixtures"
 DBNAME = "bc_pgtap"
 
 
@@ -24,6 +26,12 @@ def prepare(cluster: embedded.Cluster) -> None:
     migrate.migrate(cluster.conninfo(DBNAME))
     with psycopg.connect(cluster.conninfo(DBNAME), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
+        conn.execute("SELECT compute.clock_allow_pinning(true)")
+        conn.execute((FIXTURES_DIR / "pgtap_setup.sql").read_text())
+        for path in sorted(FIXTURES_DIR.glob("*/*")):
+            if path.suffix in (".json", ".txt", ".csv"):
+                conn.execute("INSERT INTO pgtap_fixtures.files (name, body) VALUES (%s, %s)",
+                             (str(path.relative_to(FIXTURES_DIR)), path.read_text()))
 
 
 def run_pg_prove(cluster: embedded.Cluster, extra: list[str]) -> tuple[int, str]:

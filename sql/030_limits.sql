@@ -21,7 +21,15 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('reservation_window_seconds',  7776000, 'seconds', 'Longest reservation window (90 days).'),
     ('metric_label_values',            1000, 'count',   'Distinct values of one metric label.'),
     ('outbox_payload_bytes',          16384, 'bytes',   'Largest event payload in the outbox.'),
-    ('command_output_bytes',          65536, 'bytes',   'Largest command result kept.');
+    ('command_output_bytes',          65536, 'bytes',   'Largest command result kept.'),
+    ('provisional_seconds',              60, 'seconds', 'How long a provisional reservation holds its atoms before it is voided.'),
+    ('hold_seconds_max',              86400, 'seconds', 'Longest lease (hold_seconds) of a reservation.'),
+    ('placement_candidates',             64, 'count',   'Free atoms one placement considers (more only when a request asks for more).'),
+    ('devices_per_node',                 64, 'count',   'GPUs one node may report.'),
+    ('timeslice_slots',                  64, 'count',   'Most time-slice slots of one GPU.'),
+    ('sweep_batch',                    1000, 'count',   'Reservations one expiry sweep ends.'),
+    ('capacity_search_checks',          500, 'count',   'Candidate start times capacity_earliest tries.'),
+    ('capacity_search_horizon_seconds', 7776000, 'seconds', 'How far ahead capacity_earliest looks (90 days).');
 
 CREATE FUNCTION compute.limit(p_name text)
 RETURNS bigint

@@ -1,0 +1,7 @@
+-- Revert better_compute:extensions from pg
+
+BEGIN;
+
+DROP EXTENSION btree_gist;
+
+COMMIT;

@@ -1,0 +1,122 @@
+-- Reservations and bookings (DESIGN §5-6): who holds what, when.
+--   reservation  a tenant's request: pool, shape, count, window [start, end), lease, idempotency key
+--   booking      one row per atom per reservation; the rows the exclusion constraint guards
+--
+-- The constraint: two live bookings (provisional or active) never share a device's memory slice
+-- and share at the same instant. A whole GPU conflicts with any MIG instance or slot of that GPU in
+-- an overlapping window, two time-slice slots never conflict, adjacent windows [a,b) [b,c) don't,
+-- and future bookings are checked like current ones. site_id leads the key so the constraint
+-- stays valid when tables are distributed by site.
+-- Release truncates `during` to end at compute_now(); the row stays, and usage is computed from it.
+SET LOCAL ROLE bc_owner;
+
+CREATE TABLE compute.reservations (
+    reservation_id  uuid PRIMARY KEY,
+    tenant_id       uuid NOT NULL REFERENCES compute.tenants,
+    project_id      uuid,
+    site_id         uuid NOT NULL,
+    pool_id         uuid NOT NULL,
+    shape           text NOT NULL,
+    count           integer NOT NULL CHECK (count > 0),
+    during          tstzrange NOT NULL CHECK (NOT isempty(during) AND lower_inc(during) AND NOT upper_inc(during)
+                                              AND NOT lower_inf(during) AND NOT upper_inf(during)),
+    same_node       boolean NOT NULL DEFAULT false,
+    state           text NOT NULL CHECK (state IN ('provisional', 'active', 'released', 'cancelled', 'void', 'expired')),
+    expires_at      timestamptz,
+    hold_seconds    integer CHECK (hold_seconds > 0),
+    hold_until      timestamptz,
+    idempotency_key text CHECK (length(idempotency_key) BETWEEN 1 AND 200),
+    request_hash    text NOT NULL,
+    created_at      timestamptz NOT NULL,
+    activated_at    timestamptz,
+    ended_at        timestamptz,
+    end_reason      text,
+    CHECK ((state = 'provisional') = (expires_at IS NOT NULL)),
+    CHECK ((hold_seconds IS NULL) = (hold_until IS NULL)),
+    FOREIGN KEY (project_id, tenant_id) REFERENCES compute.projects (project_id, tenant_id),
+    FOREIGN KEY (pool_id, site_id) REFERENCES compute.pools (pool_id, site_id),
+    UNIQUE (tenant_id, idempotency_key)
+);
+CREATE INDEX reservations_provisional ON compute.reservations (expires_at) WHERE state = 'provisional';
+CREATE INDEX reservations_held ON compute.reservations (hold_until) WHERE state = 'active' AND hold_until IS NOT NULL;
+CREATE INDEX reservations_tenant ON compute.reservations (tenant_id, created_at);
+COMMENT ON TABLE compute.reservations IS 'A tenant''s request for count atoms of a shape in a pool during [start, end).';
+
+CREATE TABLE compute.bookings (
+    booking_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    reservation_id uuid NOT NULL REFERENCES compute.reservations,
+    tenant_id      uuid NOT NULL,
+    project_id     uuid,
+    site_id        uuid NOT NULL,
+    pool_id        uuid NOT NULL,
+    node_id        uuid NOT NULL,
+    device_id      uuid NOT NULL,
+    atom_id        uuid NOT NULL REFERENCES compute.atoms,
+    slices         int4range NOT NULL,
+    shares         int4range NOT NULL,
+    gpu_fraction   numeric NOT NULL,
+    during         tstzrange NOT NULL CHECK (NOT isempty(during) AND lower_inc(during) AND NOT upper_inc(during)
+                                             AND NOT lower_inf(during) AND NOT upper_inf(during)),
+    state          text NOT NULL CHECK (state IN ('provisional', 'active', 'released', 'void')),
+    CONSTRAINT bookings_exclusive EXCLUDE USING gist
+        (site_id WITH =, device_id WITH =, slices WITH &&, shares WITH &&, during WITH &&)
+        WHERE (state IN ('provisional', 'active'))
+);
+CREATE INDEX bookings_reservation ON compute.bookings (reservation_id);
+CREATE INDEX bookings_atom ON compute.bookings (atom_id);
+CREATE INDEX bookings_tenant_pool ON compute.bookings USING gist (tenant_id, pool_id, during)
+    WHERE state IN ('provisional', 'active', 'released');
+CREATE INDEX bookings_node ON compute.bookings USING gist (node_id, during) WHERE state IN ('provisional', 'active');
+CREATE INDEX bookings_pool ON compute.bookings USING gist (pool_id, during) WHERE state IN ('provisional', 'active');
+COMMENT ON TABLE compute.bookings IS 'One atom held by one reservation during a window; bookings_exclusive makes it exclusive.';
+
+-- A booking is its atom's: same device, slices and shares, and inside the atom's validity.
+CREATE FUNCTION compute.booking_matches_atom()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_atom compute.atoms;
+BEGIN
+    IF NEW.state NOT IN ('provisional', 'active') THEN
+        RETURN NEW;
+    END IF;
+    SELECT * INTO v_atom FROM compute.atoms AS a WHERE a.atom_id = NEW.atom_id;
+    IF (v_atom.device_id, v_atom.site_id, v_atom.node_id, v_atom.pool_id, v_atom.slices, v_atom.shares)
+       IS DISTINCT FROM (NEW.device_id, NEW.site_id, NEW.node_id, NEW.pool_id, NEW.slices, NEW.shares) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('booking does not match atom %s', NEW.atom_id),
+            'Bookings are written by compute.reserve; copy device, slices and shares from the atom.');
+    END IF;
+    IF NOT v_atom.valid @> NEW.during THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT',
+            pg_catalog.format('atom %s is valid during %s, not during %s', NEW.atom_id, v_atom.valid, NEW.during),
+            'The GPU''s layout changes within this window: book a window inside the atom''s validity.');
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER bookings_match_atom BEFORE INSERT OR UPDATE OF atom_id, during, state, slices, shares ON compute.bookings
+    FOR EACH ROW EXECUTE FUNCTION compute.booking_matches_atom();
+
+-- An atom's validity never shrinks away from under a live booking (layout changes check first;
+-- this is the database's own guarantee).
+CREATE FUNCTION compute.atom_keeps_its_bookings()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_blocking text;
+BEGIN
+    SELECT pg_catalog.string_agg(DISTINCT b.reservation_id::text, ', ') INTO v_blocking
+      FROM compute.bookings AS b
+     WHERE b.atom_id = OLD.atom_id AND b.state IN ('provisional', 'active')
+       AND (TG_OP = 'DELETE' OR NOT NEW.valid @> b.during);
+    IF v_blocking IS NOT NULL THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT', pg_catalog.format('atom %s is booked outside its new validity', OLD.atom_id),
+            pg_catalog.format('Release or wait for reservations %s first.', v_blocking));
+    END IF;
+    RETURN coalesce(NEW, OLD);
+END
+$$;
+CREATE TRIGGER atoms_keep_bookings BEFORE UPDATE OF valid OR DELETE ON compute.atoms
+    FOR EACH ROW EXECUTE FUNCTION compute.atom_keeps_its_bookings();

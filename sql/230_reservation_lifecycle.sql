@@ -1,0 +1,432 @@
+-- A reservation's life (DESIGN §6-7):
+--   reserve     -> provisional (bookings written, exclusive, expiring after provisional_seconds)
+--   activate    provisional -> active
+--   void        provisional -> void (bookings void)
+--   release     active: running -> released (during truncated to end now), not started -> cancelled
+--   extend      move the end (later, or earlier but not before now), checked like a new booking
+--   renew       push hold_until forward for a reservation that holds with a lease
+--   expire      sweep: provisional past expires_at -> void; held past hold_until -> expired/cancelled
+-- Lock order everywhere: reservation row (or its idempotency key), quota rows, devices.
+SET LOCAL ROLE bc_owner;
+
+CREATE FUNCTION compute.request_field(p_request jsonb, p_field text, p_type text, p_required boolean)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_value jsonb := p_request -> p_field;
+BEGIN
+    IF v_value IS NULL OR v_value = 'null'::jsonb THEN
+        IF p_required THEN
+            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is required', p_field),
+                pg_catalog.format('Pass %s (a %s).', p_field, p_type));
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF pg_catalog.jsonb_typeof(v_value) <> (CASE p_type WHEN 'uuid' THEN 'string' WHEN 'timestamp' THEN 'string'
+                                                        WHEN 'integer' THEN 'number' ELSE p_type END)
+       OR (p_type = 'uuid' AND v_value #>> '{}' !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$')
+       OR (p_type = 'integer' AND (v_value #>> '{}') !~ '^-?[0-9]{1,9}$')
+       OR (p_type = 'timestamp' AND (v_value #>> '{}') !~ '^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d{1,6})?)?(Z|[+-]\d\d(:?\d\d)?)$') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is not a valid %s: %s', p_field, p_type, v_value),
+            CASE p_type WHEN 'timestamp' THEN pg_catalog.format('Pass %s as an ISO 8601 time with its offset, e.g. 2026-12-01T12:00:00Z.', p_field)
+                        ELSE pg_catalog.format('Pass %s as a %s.', p_field, p_type) END);
+    END IF;
+    RETURN v_value;
+END
+$$;
+COMMENT ON FUNCTION compute.request_field(jsonb, text, text, boolean) IS 'One field of a JSON request, checked for type; INVALID_ARGUMENT naming it otherwise.';
+
+CREATE FUNCTION compute.request_timestamp(p_request jsonb, p_field text, p_required boolean)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_text text := compute.request_field(p_request, p_field, 'timestamp', p_required) #>> '{}';
+BEGIN
+    RETURN v_text::timestamptz;
+EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format THEN
+    PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is not a valid time: %s', p_field, v_text),
+        pg_catalog.format('Pass %s as an ISO 8601 time with its offset, e.g. 2026-12-01T12:00:00Z.', p_field));
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.request_timestamp(jsonb, text, boolean) IS 'A time field of a JSON request; INVALID_ARGUMENT naming it when it is not a valid time.';
+
+CREATE FUNCTION compute.atom_cdi_name(p_atom_id uuid)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    -- The CDI device name a node exposes for an atom (kind nvidia.com/gpu): a whole GPU or slot by
+    -- the GPU's uuid, a MIG instance by its MIG uuid when the inventory reports one, else GPU:placement.
+    SELECT 'nvidia.com/gpu=' || CASE a.kind
+        WHEN 'mig' THEN coalesce(
+            (SELECT i ->> 'uuid'
+               FROM compute.nodes AS n, pg_catalog.jsonb_array_elements(n.inventory -> 'devices') AS dev,
+                    pg_catalog.jsonb_array_elements(coalesce(dev #> '{mig,instances}', '[]')) AS i
+              WHERE n.node_id = a.node_id AND dev ->> 'uuid' = d.uuid
+                AND i ->> 'profile' = a.profile AND (i ->> 'placement')::integer = a.placement),
+            d.index || ':' || a.placement)
+        ELSE d.uuid END
+      FROM compute.atoms AS a JOIN compute.devices AS d ON d.device_id = a.device_id
+     WHERE a.atom_id = p_atom_id
+$$;
+COMMENT ON FUNCTION compute.atom_cdi_name(uuid) IS 'CDI device name of an atom (nvidia.com/gpu=...).';
+
+CREATE FUNCTION compute.reservation_document(p_reservation_id uuid)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.jsonb_build_object(
+        'reservation_id', r.reservation_id, 'tenant_id', r.tenant_id, 'project_id', r.project_id,
+        'pool_id', r.pool_id, 'shape', r.shape, 'count', r.count, 'state', r.state,
+        'phase', CASE WHEN r.state NOT IN ('provisional', 'active') THEN 'ended'
+                      WHEN upper(r.during) <= compute.compute_now() THEN 'ended'
+                      WHEN lower(r.during) > compute.compute_now() THEN 'upcoming' ELSE 'running' END,
+        'start', lower(r.during), 'end', upper(r.during), 'same_node', r.same_node,
+        'expires_at', r.expires_at, 'hold_until', r.hold_until, 'created_at', r.created_at,
+        'ended_at', r.ended_at, 'end_reason', r.end_reason,
+        'bookings', coalesce((
+            SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                       'atom_id', a.atom_id, 'node', n.name, 'device_uuid', d.uuid, 'kind', a.kind,
+                       'profile', a.profile, 'placement', a.placement, 'slot', a.slot,
+                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', b.state)
+                   ORDER BY n.name, d.index, a.placement, a.slot)
+              FROM compute.bookings AS b
+              JOIN compute.atoms AS a ON a.atom_id = b.atom_id
+              JOIN compute.devices AS d ON d.device_id = b.device_id
+              JOIN compute.nodes AS n ON n.node_id = b.node_id
+             WHERE b.reservation_id = r.reservation_id), '[]'))
+      FROM compute.reservations AS r
+     WHERE r.reservation_id = p_reservation_id
+$$;
+COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (DESIGN §17).';
+
+CREATE FUNCTION compute.reserve(p_request jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the idempotency key (unique index), quota rows, devices (SKIP LOCKED, in compute.place).
+DECLARE
+    v_now        timestamptz := compute.compute_now();
+    v_tenant_id  uuid;
+    v_project_id uuid;
+    v_pool       compute.pools;
+    v_offering   compute.offerings;
+    v_shape      text;
+    v_count      integer;
+    v_start      timestamptz;
+    v_end        timestamptz;
+    v_same_node  boolean;
+    v_hold       integer;
+    v_key        text;
+    v_hash       text;
+    v_during     tstzrange;
+    v_id         uuid := pg_catalog.gen_random_uuid();
+    v_existing   compute.reservations;
+    v_atoms      uuid[];
+    v_fraction   numeric;
+BEGIN
+    -- Validate the request.
+    IF p_request IS NULL OR pg_catalog.jsonb_typeof(p_request) <> 'object' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a reservation request is a JSON object', 'See DESIGN §17 for its fields.');
+    END IF;
+    v_tenant_id := compute.request_field(p_request, 'tenant_id', 'uuid', true) #>> '{}';
+    v_project_id := compute.request_field(p_request, 'project_id', 'uuid', false) #>> '{}';
+    SELECT * INTO v_pool FROM compute.pools AS p
+     WHERE p.pool_id = (compute.request_field(p_request, 'pool_id', 'uuid', true) #>> '{}')::uuid;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_request ->> 'pool_id'), 'List the pools you may use.');
+    END IF;
+    v_shape := compute.request_field(p_request, 'shape', 'string', true) #>> '{}';
+    v_count := coalesce(compute.request_field(p_request, 'count', 'integer', false)::integer, 1);
+    v_start := coalesce(compute.request_timestamp(p_request, 'start', false), v_now);
+    v_end := compute.request_timestamp(p_request, 'end', true);
+    v_same_node := coalesce((compute.request_field(p_request, 'same_node', 'boolean', false))::boolean, false);
+    v_hold := compute.request_field(p_request, 'hold_seconds', 'integer', false)::integer;
+    v_key := compute.request_field(p_request, 'idempotency_key', 'string', false) #>> '{}';
+
+    SELECT * INTO v_offering FROM compute.offerings AS o
+     WHERE o.pool_id = v_pool.pool_id AND o.shape = v_shape AND o.instance_kind = 'devices';
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('pool %s does not offer %s', v_pool.name, v_shape),
+            coalesce('Shapes offered: ' || (SELECT pg_catalog.string_agg(o.shape, ', ' ORDER BY o.shape) FROM compute.offerings AS o
+                                             WHERE o.pool_id = v_pool.pool_id AND o.instance_kind = 'devices') || '.',
+                     'This pool offers nothing yet.'));
+    END IF;
+    IF v_count < 1 OR v_count > least(v_offering.max_count, compute.limit('atoms_per_reservation')) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('count %s is out of range', v_count),
+            pg_catalog.format('Ask for 1 to %s atoms of %s.', least(v_offering.max_count, compute.limit('atoms_per_reservation')), v_shape));
+    END IF;
+    IF v_start < v_now - interval '1 minute' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('start %s is in the past', v_start),
+            'Omit start (or pass null) to begin now.');
+    END IF;
+    v_start := greatest(v_start, v_now);  -- a start up to a minute in the past (clock skew) means now
+    IF v_end <= v_start THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'end must come after start', 'Pass an end later than the start (or than now).');
+    END IF;
+    IF v_end - v_start > least(v_offering.max_duration, compute.limit('reservation_window_seconds') * interval '1 second') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('a window of %s is too long', v_end - v_start),
+            pg_catalog.format('Ask for at most %s.', least(v_offering.max_duration, compute.limit('reservation_window_seconds') * interval '1 second')));
+    END IF;
+    IF v_hold IS NOT NULL AND (v_hold < 1 OR v_hold > compute.limit('hold_seconds_max')) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('hold_seconds %s is out of range', v_hold),
+            pg_catalog.format('Use 1 to %s seconds, or omit it for no lease.', compute.limit('hold_seconds_max')));
+    END IF;
+    IF v_project_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM compute.projects AS p WHERE p.project_id = v_project_id AND p.tenant_id = v_tenant_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no project %s in this tenant', v_project_id), 'Create the project first.');
+    END IF;
+    PERFORM compute.tenant_ensure(v_tenant_id);
+    v_during := tstzrange(v_start, v_end);
+
+    -- Idempotency: the key is claimed by inserting the reservation; a concurrent holder of the same
+    -- key makes us wait for its commit, then we replay its answer (or report the mismatch).
+    v_hash := pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.jsonb_build_object(
+        'tenant_id', v_tenant_id, 'project_id', v_project_id, 'pool_id', v_pool.pool_id, 'shape', v_shape, 'count', v_count,
+        'start', extract(epoch FROM (p_request ->> 'start')::timestamptz), 'end', extract(epoch FROM v_end),
+        'same_node', v_same_node, 'hold_seconds', v_hold)::text, 'UTF8')), 'hex');
+    INSERT INTO compute.reservations (reservation_id, tenant_id, project_id, site_id, pool_id, shape, count, during, same_node,
+                                      state, expires_at, hold_seconds, hold_until, idempotency_key, request_hash, created_at)
+    VALUES (v_id, v_tenant_id, v_project_id, v_pool.site_id, v_pool.pool_id, v_shape, v_count, v_during, v_same_node,
+            'provisional', v_now + compute.limit('provisional_seconds') * interval '1 second', v_hold,
+            v_now + v_hold * interval '1 second', v_key, v_hash, v_now)
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT * INTO v_existing FROM compute.reservations AS r WHERE r.tenant_id = v_tenant_id AND r.idempotency_key = v_key;
+        IF v_existing.request_hash <> v_hash THEN
+            PERFORM compute.raise_error('IDEMPOTENCY_MISMATCH',
+                pg_catalog.format('idempotency key %L was used for a different request', v_key),
+                pg_catalog.format('Use a new key for a new request; the key belongs to reservation %s.', v_existing.reservation_id));
+        END IF;
+        RETURN compute.reservation_document(v_existing.reservation_id);
+    END IF;
+
+    -- Quota rows are locked before any device (lock order); counted once the atoms are known.
+    PERFORM 1 FROM compute.quotas AS q
+     WHERE q.tenant_id = v_tenant_id AND q.pool_id = v_pool.pool_id AND (q.project_id IS NULL OR q.project_id = v_project_id)
+     ORDER BY q.quota_id FOR UPDATE;
+
+    -- Place and book.
+    v_atoms := compute.place(v_pool.pool_id, v_shape, v_count, v_during, v_same_node);
+    INSERT INTO compute.bookings (reservation_id, tenant_id, project_id, site_id, pool_id, node_id, device_id, atom_id,
+                                  slices, shares, gpu_fraction, during, state)
+    SELECT v_id, v_tenant_id, v_project_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
+           a.slices, a.shares, a.gpu_fraction, v_during, 'provisional'
+      FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
+    SELECT sum(a.gpu_fraction) INTO v_fraction FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
+    PERFORM compute.quota_check(v_tenant_id, v_project_id, v_pool.pool_id, v_during, v_count, v_fraction, v_id);
+    RETURN compute.reservation_document(v_id);
+END
+$$;
+COMMENT ON FUNCTION compute.reserve(jsonb) IS 'Place and book a reservation request (DESIGN §17) as provisional; replays by idempotency key.';
+
+CREATE FUNCTION compute.reservation_lock(p_reservation_id uuid)
+RETURNS compute.reservations
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_reservation compute.reservations;
+BEGIN
+    SELECT * INTO v_reservation FROM compute.reservations AS r WHERE r.reservation_id = p_reservation_id FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no reservation %s', p_reservation_id), 'Check the reservation id.');
+    END IF;
+    RETURN v_reservation;
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_lock(uuid) IS 'The reservation row, locked FOR UPDATE; NOT_FOUND when there is none.';
+
+CREATE FUNCTION compute.reservation_end(p_reservation compute.reservations, p_at timestamptz, p_state text, p_reason text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- End a live reservation at p_at: not started by then -> its bookings are void and it never
+    -- held anything; started -> during is truncated to [start, p_at) and kept as history.
+    IF p_reservation.state = 'provisional' OR lower(p_reservation.during) >= p_at THEN
+        UPDATE compute.bookings SET state = 'void' WHERE reservation_id = p_reservation.reservation_id;
+        UPDATE compute.reservations
+           SET state = CASE WHEN p_reservation.state = 'provisional' THEN 'void' ELSE 'cancelled' END,
+               expires_at = NULL, ended_at = compute.compute_now(), end_reason = p_reason
+         WHERE reservation_id = p_reservation.reservation_id;
+    ELSE
+        UPDATE compute.bookings SET state = 'released', during = tstzrange(lower(during), least(upper(during), p_at))
+         WHERE reservation_id = p_reservation.reservation_id;
+        UPDATE compute.reservations
+           SET state = p_state, during = tstzrange(lower(during), least(upper(during), p_at)),
+               ended_at = compute.compute_now(), end_reason = p_reason
+         WHERE reservation_id = p_reservation.reservation_id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_end(compute.reservations, timestamptz, text, text) IS 'End a live reservation at a time: void/cancel it if it had not started, else truncate it.';
+
+CREATE FUNCTION compute.reservation_activate(p_reservation_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
+BEGIN
+    IF v_reservation.state = 'active' THEN
+        RETURN compute.reservation_document(p_reservation_id);
+    END IF;
+    IF v_reservation.state <> 'provisional' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s is %s', p_reservation_id, v_reservation.state),
+            'Only a provisional reservation can be activated; reserve again.');
+    END IF;
+    IF v_reservation.expires_at <= compute.compute_now() THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT', pg_catalog.format('reservation %s expired at %s', p_reservation_id, v_reservation.expires_at),
+            'Its atoms were held only briefly; reserve again.');
+    END IF;
+    UPDATE compute.bookings SET state = 'active' WHERE reservation_id = p_reservation_id;
+    UPDATE compute.reservations SET state = 'active', expires_at = NULL, activated_at = compute.compute_now()
+     WHERE reservation_id = p_reservation_id;
+    RETURN compute.reservation_document(p_reservation_id);
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_activate(uuid) IS 'provisional -> active (idempotent); CAPACITY_CONFLICT once its provisional hold expired.';
+
+CREATE FUNCTION compute.reservation_void(p_reservation_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
+BEGIN
+    IF v_reservation.state = 'provisional' THEN
+        PERFORM compute.reservation_end(v_reservation, compute.compute_now(), 'void', 'voided');
+    ELSIF v_reservation.state = 'active' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s is active', p_reservation_id),
+            'An active reservation is released, not voided: call compute.reservation_release.');
+    END IF;
+    RETURN compute.reservation_document(p_reservation_id);
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_void(uuid) IS 'provisional -> void (idempotent on ended reservations).';
+
+CREATE FUNCTION compute.reservation_release(p_reservation_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
+    v_now         timestamptz := compute.compute_now();
+BEGIN
+    -- Ended reservations (and active ones whose window is over) are left as they are.
+    IF v_reservation.state IN ('provisional', 'active') AND upper(v_reservation.during) > v_now THEN
+        PERFORM compute.reservation_end(v_reservation, v_now, 'released', 'released');
+        PERFORM compute.node_drains_complete();
+    END IF;
+    RETURN compute.reservation_document(p_reservation_id);
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_release(uuid) IS 'Release now: a running reservation ends now (history kept), a future one is cancelled, a provisional one void.';
+
+CREATE FUNCTION compute.reservation_extend(p_reservation_id uuid, p_new_end timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the reservation row, quota rows, devices (FOR UPDATE, device_id order).
+DECLARE
+    v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
+    v_now         timestamptz := compute.compute_now();
+    v_during      tstzrange;
+    v_max         interval;
+    v_fraction    numeric;
+BEGIN
+    IF v_reservation.state NOT IN ('provisional', 'active') OR upper(v_reservation.during) <= v_now THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s has ended', p_reservation_id),
+            'Reserve again for a new window.');
+    END IF;
+    IF p_new_end IS NULL OR p_new_end <= greatest(lower(v_reservation.during), v_now) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the new end must come after the start and after now',
+            'To end a reservation now, release it.');
+    END IF;
+    SELECT least(o.max_duration, compute.limit('reservation_window_seconds') * interval '1 second') INTO v_max
+      FROM compute.offerings AS o
+     WHERE o.pool_id = v_reservation.pool_id AND o.shape = v_reservation.shape AND o.instance_kind = 'devices';
+    IF p_new_end - lower(v_reservation.during) > coalesce(v_max, interval '0') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the extended window is too long', pg_catalog.format('Windows of this offering last at most %s.', v_max));
+    END IF;
+    v_during := tstzrange(lower(v_reservation.during), p_new_end);
+
+    PERFORM 1 FROM compute.quotas AS q
+     WHERE q.tenant_id = v_reservation.tenant_id AND q.pool_id = v_reservation.pool_id
+       AND (q.project_id IS NULL OR q.project_id = v_reservation.project_id)
+     ORDER BY q.quota_id FOR UPDATE;
+    PERFORM 1 FROM compute.devices AS d
+     WHERE d.device_id IN (SELECT b.device_id FROM compute.bookings AS b WHERE b.reservation_id = p_reservation_id)
+     ORDER BY d.device_id FOR UPDATE;
+    SELECT sum(b.gpu_fraction) INTO v_fraction FROM compute.bookings AS b WHERE b.reservation_id = p_reservation_id;
+    PERFORM compute.quota_check(v_reservation.tenant_id, v_reservation.project_id, v_reservation.pool_id, v_during,
+                                v_reservation.count, v_fraction, p_reservation_id);
+    BEGIN
+        UPDATE compute.bookings SET during = v_during WHERE reservation_id = p_reservation_id;
+    EXCEPTION WHEN exclusion_violation THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT',
+            pg_catalog.format('reservation %s cannot be extended to %s', p_reservation_id, p_new_end),
+            'Another reservation holds some of its atoms within the longer window; compute.capacity_earliest finds free windows.');
+    END;
+    UPDATE compute.reservations SET during = v_during WHERE reservation_id = p_reservation_id;
+    RETURN compute.reservation_document(p_reservation_id);
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_extend(uuid, timestamptz) IS 'Move a live reservation''s end; CAPACITY_CONFLICT or QUOTA_EXCEEDED when the longer window does not fit.';
+
+CREATE FUNCTION compute.reservation_renew(p_reservation_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
+BEGIN
+    IF v_reservation.hold_seconds IS NULL THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s holds without a lease', p_reservation_id),
+            'Only reservations made with hold_seconds are renewed.');
+    END IF;
+    IF v_reservation.state NOT IN ('provisional', 'active') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s is %s', p_reservation_id, v_reservation.state),
+            'Reserve again.');
+    END IF;
+    UPDATE compute.reservations SET hold_until = compute.compute_now() + hold_seconds * interval '1 second'
+     WHERE reservation_id = p_reservation_id;
+    RETURN compute.reservation_document(p_reservation_id);
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_renew(uuid) IS 'Renew a reservation''s lease: hold_until = now + hold_seconds.';
+
+CREATE FUNCTION compute.reservations_expire()
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+-- Lock order: reservation rows, SKIP LOCKED (a reservation being changed right now is left for the next sweep).
+DECLARE
+    v_now         timestamptz := compute.compute_now();
+    v_reservation compute.reservations;
+    v_done        integer := 0;
+BEGIN
+    FOR v_reservation IN
+        SELECT * FROM compute.reservations AS r
+         WHERE (r.state = 'provisional' AND r.expires_at <= v_now)
+            OR (r.state = 'active' AND r.hold_until <= v_now AND upper(r.during) > r.hold_until)
+         ORDER BY r.reservation_id
+         LIMIT compute.limit('sweep_batch')
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        IF v_reservation.state = 'provisional' THEN
+            PERFORM compute.reservation_end(v_reservation, v_now, 'void', 'provisional hold expired');
+        ELSE
+            PERFORM compute.reservation_end(v_reservation, v_reservation.hold_until, 'expired', 'lease not renewed');
+        END IF;
+        v_done := v_done + 1;
+    END LOOP;
+    IF v_done > 0 THEN
+        PERFORM compute.node_drains_complete();
+    END IF;
+    RETURN v_done;
+END
+$$;
+COMMENT ON FUNCTION compute.reservations_expire() IS 'Sweep: void provisional reservations past expiry, end held ones past hold_until; returns how many (at most sweep_batch).';
