@@ -173,12 +173,20 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT;
     v_changed := v_changed + v_count;
 
-    -- Atoms that stay keep their rows (and bookings), valid from v_at at the latest; new ones start at v_at.
-    UPDATE compute.atoms AS a SET valid = tstzrange(v_at, upper(a.valid))
+    -- Atoms that stay keep their rows (and bookings), valid from v_at at the latest and on from there
+    -- (a change scheduled later, which this one calls off, no longer ends them); new ones start at v_at.
+    UPDATE compute.atoms AS a SET valid = tstzrange(v_at, NULL)
      WHERE a.device_id = p_device_id AND lower(a.valid) > v_at
        AND EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
                     WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
                           IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+    UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), NULL)
+     WHERE a.device_id = p_device_id AND a.valid @> v_at AND NOT upper_inf(a.valid)
+       AND EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
+                    WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
+                          IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_changed := v_changed + v_count;
     INSERT INTO compute.atoms (atom_id, site_id, pool_id, node_id, device_id, node_rank, device_index, kind, profile,
                                placement, slot, slot_count, slices, shares, gpu_fraction, valid)
     SELECT pg_catalog.gen_random_uuid(), v_device.site_id, n.pool_id, v_device.node_id, p_device_id, n.rank,

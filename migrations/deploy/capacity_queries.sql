@@ -56,8 +56,9 @@ BEGIN
     IF p_count IS NULL OR p_count < 1 OR p_duration IS NULL OR p_duration <= interval '0' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'capacity_earliest needs a positive count and duration', 'Pass count >= 1 and a positive interval.');
     END IF;
+    -- Atoms that are still valid long enough after v_from to hold a window (a layout change ends some).
     SELECT count(*) INTO v_total FROM compute.atoms AS a
-     WHERE a.pool_id = p_pool_id AND a.shape = p_shape AND upper_inf(a.valid)
+     WHERE a.pool_id = p_pool_id AND a.shape = p_shape AND (upper_inf(a.valid) OR upper(a.valid) >= v_from + p_duration)
        AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id);
     IF v_total < p_count THEN
         RETURN QUERY SELECT NULL::timestamptz, NULL::timestamptz,
