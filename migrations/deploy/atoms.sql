@@ -136,8 +136,10 @@ BEGIN
             'Omit the time to change now, or pass a future time.');
     END IF;
 
-    CREATE TEMP TABLE IF NOT EXISTS pg_temp.layout_next (kind text, profile text, placement integer, slot integer,
-        slot_count integer, slices int4range, shares int4range, gpu_fraction numeric) ON COMMIT DROP;
+    IF pg_catalog.to_regclass('pg_temp.layout_next') IS NULL THEN
+        CREATE TEMP TABLE layout_next (kind text, profile text, placement integer, slot integer,
+            slot_count integer, slices int4range, shares int4range, gpu_fraction numeric) ON COMMIT DROP;
+    END IF;
     DELETE FROM pg_temp.layout_next;
     INSERT INTO pg_temp.layout_next SELECT * FROM compute.layout_atoms(p_device_id, p_layout);
 
@@ -157,12 +159,18 @@ BEGIN
     END IF;
 
     -- Atoms that go away: never valid if they had not started by then, else valid until v_at.
+    -- Bookings of atoms that will never exist can only be void ones (live ones refused above): they go too.
+    DELETE FROM compute.bookings AS b
+     USING compute.atoms AS a
+     WHERE b.atom_id = a.atom_id AND a.device_id = p_device_id AND lower(a.valid) >= v_at AND b.state = 'void'
+       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
+                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
+                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
     DELETE FROM compute.atoms AS a
      WHERE a.device_id = p_device_id AND lower(a.valid) >= v_at
        AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
                         WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count))
-       AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b WHERE b.atom_id = a.atom_id);
+                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
     GET DIAGNOSTICS v_count = ROW_COUNT;
     v_changed := v_changed + v_count;
     UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), v_at)

@@ -16,7 +16,8 @@ AS $$
 BEGIN
     IF p_doc -> p_field IS NULL OR pg_catalog.jsonb_typeof(p_doc -> p_field) <> p_type THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT',
-            pg_catalog.format('inventory field %s%s is missing or not a %s', p_path, p_field, p_type),
+            pg_catalog.format('inventory field %s%s is missing or not %s %s', p_path, p_field,
+                              CASE WHEN p_type IN ('array', 'object') THEN 'an' ELSE 'a' END, p_type),
             'See docs/inventory.md for the inventory document.');
     END IF;
     RETURN p_doc -> p_field;

@@ -396,6 +396,12 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s is %s', p_reservation_id, v_reservation.state),
             'Reserve again.');
     END IF;
+    -- A lease that lapsed is over, whether or not the expiry sweep has run yet.
+    IF v_reservation.hold_until <= compute.compute_now() THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT',
+            pg_catalog.format('the lease of reservation %s lapsed at %s', p_reservation_id, v_reservation.hold_until),
+            'A lease holds only while it is renewed in time; reserve again.');
+    END IF;
     UPDATE compute.reservations SET hold_until = compute.compute_now() + hold_seconds * interval '1 second'
      WHERE reservation_id = p_reservation_id;
     RETURN compute.reservation_document(p_reservation_id);

@@ -32,10 +32,15 @@ BEGIN
     IF p_tenant_id IS NULL THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'tenant_id is required', 'Pass the Better IAM tenant id.');
     END IF;
-    INSERT INTO compute.tenants AS t (tenant_id, name, created_at)
-    VALUES (p_tenant_id, coalesce(p_name, p_tenant_id::text), compute.compute_now())
-    ON CONFLICT (tenant_id) DO UPDATE SET name = coalesce(p_name, t.name)
-        WHERE p_name IS NOT NULL AND t.name IS DISTINCT FROM p_name;
+    -- Only a rename takes the tenant's row lock: reservations of one tenant must not queue here.
+    IF p_name IS NOT NULL THEN
+        UPDATE compute.tenants SET name = p_name WHERE tenant_id = p_tenant_id AND name IS DISTINCT FROM p_name;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM compute.tenants AS t WHERE t.tenant_id = p_tenant_id) THEN
+        INSERT INTO compute.tenants (tenant_id, name, created_at)
+        VALUES (p_tenant_id, coalesce(p_name, p_tenant_id::text), compute.compute_now())
+        ON CONFLICT (tenant_id) DO NOTHING;
+    END IF;
     RETURN p_tenant_id;
 END
 $$;
