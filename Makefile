@@ -6,12 +6,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo test lint pgtap pytest clean
+.PHONY: help setup demo test lint pgtap pytest bench clean
 
 help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"
+	@echo "make bench  - capacity benchmark (not a test, ~5 min): 1,000-node fleet, reservations/s, capacity queries"
 	@echo "make clean  - stop the demo cluster and remove ./.bc/"
 
 setup: $(STAMP)
@@ -39,6 +40,9 @@ pgtap: setup
 
 pytest: setup
 	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(PY) bench/capacity.py
 
 clean:
 	-$(VENV)/bin/better-compute dev down
