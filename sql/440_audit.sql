@@ -6,6 +6,12 @@
 -- The tree (RFC 6962 style): leaf = sha256(0x00 || event text), node = sha256(0x01 || left || right),
 -- leaves in event_id order, an odd node at the end of a level is carried up unchanged. The event
 -- text is the event row as jsonb text: PostgreSQL's own canonical form, exported as is.
+--
+-- An event belongs to the hour of its transaction's start, so a transaction that began before the
+-- hour closed may still be writing into it while the worker signs that hour. The tenant-hour lock
+-- (compute.audit_hour_lock) keeps the two apart: recording takes it shared and refuses an hour
+-- already checkpointed; storing a checkpoint takes it exclusively, so it waits for those writers
+-- and then finds the root changed (GENERATION_CONFLICT) instead of signing a root without them.
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.audit_events (
@@ -44,6 +50,24 @@ CREATE TABLE compute.audit_checkpoints (
 );
 COMMENT ON TABLE compute.audit_checkpoints IS 'Per tenant per hour: Merkle root of the hour''s audit events, signed (Ed25519).';
 
+CREATE FUNCTION compute.audit_hour_lock(p_tenant_id uuid, p_hour timestamptz, p_exclusive boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- Two-key advisory locks: a key space apart from the one-key locks (e.g. the migration lock).
+    IF p_exclusive THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(p_tenant_id::text),
+                                                 (extract(epoch FROM p_hour) / 3600)::integer);
+    ELSE
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext(p_tenant_id::text),
+                                                        (extract(epoch FROM p_hour) / 3600)::integer);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.audit_hour_lock(uuid, timestamptz, boolean) IS
+    'Lock a tenant-hour of audit events until the transaction ends: shared to record into it, exclusive to checkpoint it.';
+
 CREATE FUNCTION compute.audit_record(p_tenant_id uuid, p_principal text, p_action text, p_resource_type text, p_resource_id text,
                                      p_decision text, p_reason text DEFAULT NULL, p_matched jsonb DEFAULT '[]',
                                      p_request_hash text DEFAULT NULL, p_context jsonb DEFAULT '{}')
@@ -52,11 +76,18 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_event_id bigint;
+    v_hour     timestamptz := pg_catalog.date_trunc('hour', compute.compute_now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
 BEGIN
     IF p_tenant_id IS NULL OR p_principal IS NULL OR p_action IS NULL OR p_resource_type IS NULL
        OR p_decision IS NULL OR p_decision NOT IN ('allow', 'deny') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'an audit event needs tenant, principal, action, resource type and decision',
             'Pass decision allow or deny.');
+    END IF;
+    PERFORM compute.audit_hour_lock(p_tenant_id, v_hour, false);
+    IF EXISTS (SELECT 1 FROM compute.audit_checkpoints AS c WHERE c.tenant_id = p_tenant_id AND c.hour = v_hour) THEN
+        PERFORM compute.raise_error('GENERATION_CONFLICT',
+            pg_catalog.format('the audit hour %s of tenant %s is already signed', v_hour, p_tenant_id),
+            'The transaction began before that hour closed: retry it.');
     END IF;
     INSERT INTO compute.audit_events (tenant_id, occurred_at, principal, action, resource_type, resource_id, decision, reason,
                                       matched, request_hash, context)
@@ -206,7 +237,8 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    -- The signed root must be the root of the events as they are now.
+    -- The signed root must be the root of the events as they are once writers of the hour are done.
+    PERFORM compute.audit_hour_lock(p_tenant_id, p_hour, true);
     IF NOT EXISTS (SELECT 1 FROM compute.audit_merkle_root(p_tenant_id, p_hour) AS m
                     WHERE m.leaf_count = p_leaf_count AND m.root = p_root) THEN
         PERFORM compute.raise_error('GENERATION_CONFLICT', pg_catalog.format('the audit events of %s at %s changed since they were read', p_tenant_id, p_hour),
@@ -224,8 +256,13 @@ CREATE FUNCTION compute.audit_export(p_tenant_id uuid, p_from timestamptz, p_to 
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
+    -- Whole hours only (p_from rounded down, p_to up): a checkpoint covers all of its hour's events.
+    WITH span AS (
+        SELECT pg_catalog.date_trunc('hour', p_from AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS from_hour,
+               pg_catalog.date_trunc('hour', (p_to AT TIME ZONE 'UTC') + interval '1 hour' - interval '1 microsecond')
+                   AT TIME ZONE 'UTC' AS to_hour)
     SELECT pg_catalog.jsonb_build_object(
-        'version', 1, 'tenant_id', p_tenant_id, 'from', p_from, 'to', p_to,
+        'version', 1, 'tenant_id', p_tenant_id, 'from', s.from_hour, 'to', s.to_hour,
         'keys', coalesce((SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('key_id', k.key_id, 'public_key', pg_catalog.encode(k.public_key, 'hex')) ORDER BY k.key_id)
                             FROM compute.audit_keys AS k), '[]'),
         'checkpoints', coalesce((SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
@@ -233,15 +270,17 @@ AS $$
                                      'leaf_count', c.leaf_count, 'root', pg_catalog.encode(c.root, 'hex'),
                                      'key_id', c.key_id, 'signature', pg_catalog.encode(c.signature, 'hex')) ORDER BY c.hour)
                                    FROM compute.audit_checkpoints AS c
-                                  WHERE c.tenant_id = p_tenant_id AND c.hour >= p_from AND c.hour < p_to), '[]'),
+                                  WHERE c.tenant_id = p_tenant_id AND c.hour >= s.from_hour AND c.hour < s.to_hour), '[]'),
         'events', coalesce((SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                                 'event_id', e.event_id,
                                 'hour', pg_catalog.to_char(pg_catalog.date_trunc('hour', e.occurred_at AT TIME ZONE 'UTC'), 'YYYY-MM-DD"T"HH24:00:00"Z"'),
                                 'text', compute.audit_event_text(e)) ORDER BY e.event_id)
                               FROM compute.audit_events AS e
-                             WHERE e.tenant_id = p_tenant_id AND e.occurred_at >= p_from AND e.occurred_at < p_to), '[]'))
+                             WHERE e.tenant_id = p_tenant_id AND e.occurred_at >= s.from_hour AND e.occurred_at < s.to_hour), '[]'))
+      FROM span AS s
 $$;
-COMMENT ON FUNCTION compute.audit_export(uuid, timestamptz, timestamptz) IS 'A tenant''s audit events, checkpoints and public keys for offline verification.';
+COMMENT ON FUNCTION compute.audit_export(uuid, timestamptz, timestamptz) IS
+    'A tenant''s audit events, checkpoints and public keys of the whole hours that [p_from, p_to) touches, for offline verification.';
 
 CREATE FUNCTION worker_api.audit_key_register(p_key_id text, p_public_key bytea) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''

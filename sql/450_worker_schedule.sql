@@ -7,7 +7,8 @@ INSERT INTO compute.work_periodic (kind, every) VALUES
     ('outbox.fan_out',      interval '2 seconds'),
     ('outbox.prune',        interval '1 hour'),
     ('usage.export',        interval '1 minute'),
-    ('audit.checkpoint',    interval '1 minute');
+    ('audit.checkpoint',    interval '1 minute'),
+    ('work.prune',          interval '1 hour');
 
 CREATE FUNCTION worker_api.reservations_expire() RETURNS integer
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.reservations_expire() $$;

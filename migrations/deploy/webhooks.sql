@@ -17,7 +17,7 @@ SET LOCAL ROLE bc_owner;
 CREATE TABLE compute.webhooks (
     webhook_id  uuid PRIMARY KEY,
     tenant_id   uuid NOT NULL REFERENCES compute.tenants,
-    url         text NOT NULL CHECK (url ~ '^https?://[^\s]{1,2000}$'),
+    url         text NOT NULL CHECK (length(url) <= 2000 AND url ~ '^https?://[^\s]+$'),  -- ARE repetition counts stop at 255
     secret      text NOT NULL CHECK (length(secret) BETWEEN 16 AND 200),
     event_types text[] NOT NULL DEFAULT '{}',
     active      boolean NOT NULL DEFAULT true,
@@ -51,8 +51,9 @@ DECLARE
     v_webhook_id uuid := pg_catalog.gen_random_uuid();
 BEGIN
     PERFORM compute.tenant_ensure(p_tenant_id);
-    IF p_url IS NULL OR p_url !~ '^https?://[^\s]{1,2000}$' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid webhook URL %L', p_url), 'Pass an http(s) URL.');
+    IF p_url IS NULL OR length(p_url) > 2000 OR p_url !~ '^https?://[^\s]+$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid webhook URL %L', pg_catalog.left(p_url, 200)),
+            'Pass an http(s) URL of at most 2000 characters.');
     END IF;
     IF p_secret IS NULL OR length(p_secret) NOT BETWEEN 16 AND 200 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a webhook secret has 16 to 200 characters', 'Use a long random secret.');
@@ -148,7 +149,7 @@ BEGIN
       JOIN compute.outbox AS o ON o.event_id = d.event_id
      WHERE d.webhook_id = v_work.key::uuid AND d.state = 'pending' AND d.next_attempt_at <= compute.compute_now()
      ORDER BY d.next_attempt_at, d.event_id
-     LIMIT p_limit;
+     LIMIT least(coalesce(p_limit, compute.limit('webhook_delivery_batch')), compute.limit('webhook_delivery_batch'));
 END
 $$;
 COMMENT ON FUNCTION compute.webhook_due(bigint, bigint, integer) IS 'Deliveries due now for the webhook a webhook.deliver item is about; FENCED with a stale epoch.';
@@ -231,6 +232,10 @@ AS $$ SELECT compute.webhook_result(p_work_id, p_epoch, p_delivery_id, p_ok, p_s
 CREATE FUNCTION worker_api.webhook_next_due_seconds(p_webhook_id uuid) RETURNS double precision
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
 AS $$ SELECT greatest(extract(epoch FROM compute.webhook_next_due(p_webhook_id) - compute.compute_now()), 0)::double precision $$;
+CREATE FUNCTION worker_api.webhook_timeout_seconds() RETURNS double precision
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
+AS $$ SELECT compute.limit('webhook_timeout_seconds')::double precision $$;
+COMMENT ON FUNCTION worker_api.webhook_timeout_seconds() IS 'How long one webhook POST may take (limit webhook_timeout_seconds).';
 
 CREATE VIEW ops.webhook_dead_letters AS
     SELECT d.delivery_id, w.tenant_id, w.url, o.event_type, d.event_id, d.attempts, d.last_status, d.last_error, d.created_at

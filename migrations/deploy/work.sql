@@ -210,18 +210,31 @@ RETURNS integer
 LANGUAGE sql
 AS $$
     -- Every periodic kind has a live item (key 'periodic'); run by every worker loop, cheap when they exist.
+    -- A dead one stays dead (ops.work_dead) until an operator retries it: no pile of dead copies.
     WITH made AS (
         INSERT INTO compute.work (kind, key, state, run_at, max_attempts, created_at, updated_at)
         SELECT p.kind, 'periodic', 'pending', compute.compute_now(), compute.limit('work_attempts'),
                compute.compute_now(), compute.compute_now()
           FROM compute.work_periodic AS p
          WHERE NOT EXISTS (SELECT 1 FROM compute.work AS w
-                            WHERE w.kind = p.kind AND w.key = 'periodic' AND w.state IN ('pending', 'running'))
+                            WHERE w.kind = p.kind AND w.key = 'periodic' AND w.state IN ('pending', 'running', 'dead'))
         ON CONFLICT (kind, key) WHERE state IN ('pending', 'running') DO NOTHING
         RETURNING 1)
     SELECT count(*)::integer FROM made
 $$;
-COMMENT ON FUNCTION compute.work_ensure_periodic() IS 'Create the live item of each periodic kind that has none (e.g. after an operator removed a dead one).';
+COMMENT ON FUNCTION compute.work_ensure_periodic() IS 'Create the item of each periodic kind that has none live or dead.';
+
+CREATE FUNCTION compute.work_prune()
+RETURNS integer
+LANGUAGE sql
+AS $$
+    WITH gone AS (
+        DELETE FROM compute.work
+         WHERE state = 'done' AND updated_at < compute.compute_now() - compute.limit('work_done_retention_seconds') * interval '1 second'
+        RETURNING 1)
+    SELECT count(*)::integer FROM gone
+$$;
+COMMENT ON FUNCTION compute.work_prune() IS 'Delete done work items older than work_done_retention_seconds; returns how many.';
 
 CREATE FUNCTION compute.work_retry(p_work_id bigint)
 RETURNS void
@@ -262,6 +275,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = ''
 AS $$ SELECT compute.work_poke(p_kind, p_key, p_payload, compute.compute_now() + p_delay_seconds * interval '1 second') $$;
 CREATE FUNCTION worker_api.work_ensure_periodic() RETURNS integer
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.work_ensure_periodic() $$;
+CREATE FUNCTION worker_api.work_prune() RETURNS integer
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.work_prune() $$;
 
 -- Operators see the queue and retry dead items.
 CREATE VIEW ops.work AS

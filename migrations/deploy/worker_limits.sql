@@ -15,6 +15,8 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('webhook_backoff_cap_seconds',    3600, 'seconds', 'Longest webhook retry delay.'),
     ('webhook_timeout_seconds',          10, 'seconds', 'How long one webhook POST may take.'),
     ('webhooks_per_tenant',              20, 'count',   'Webhook subscriptions of one tenant.'),
-    ('usage_export_batch',              500, 'count',   'Usage windows one export sends.');
+    ('usage_export_batch',              500, 'count',   'Usage windows one export sends.'),
+    ('webhook_delivery_batch',          100, 'count',   'Deliveries of one webhook one run sends.'),
+    ('work_done_retention_seconds',   86400, 'seconds', 'How long done work items are kept (1 day).');
 
 COMMIT;

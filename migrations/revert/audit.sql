@@ -16,6 +16,7 @@ DROP FUNCTION compute.audit_merkle_levels(bytea[]);
 DROP FUNCTION compute.audit_hour_leaves(uuid, timestamptz);
 DROP FUNCTION compute.audit_event_text(compute.audit_events);
 DROP FUNCTION compute.audit_record(uuid, text, text, text, text, text, text, jsonb, text, jsonb);
+DROP FUNCTION compute.audit_hour_lock(uuid, timestamptz, boolean);
 DROP TABLE compute.audit_checkpoints;
 DROP TABLE compute.audit_keys;
 DROP TABLE compute.audit_events;

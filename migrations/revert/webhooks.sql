@@ -4,6 +4,7 @@ BEGIN;
 
 DROP FUNCTION ops.webhook_replay(uuid);
 DROP VIEW ops.webhook_dead_letters;
+DROP FUNCTION worker_api.webhook_timeout_seconds();
 DROP FUNCTION worker_api.webhook_next_due_seconds(uuid);
 DROP FUNCTION worker_api.webhook_result(bigint, bigint, uuid, boolean, integer, text);
 DROP FUNCTION worker_api.webhook_due(bigint, bigint, integer);

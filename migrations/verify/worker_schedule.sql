@@ -2,7 +2,7 @@
 
 BEGIN;
 
-SELECT 1 / (count(*) = 6)::int FROM compute.work_periodic;
+SELECT 1 / (count(*) = 7)::int FROM compute.work_periodic;
 SELECT 'worker_api.reservations_expire()'::regprocedure, 'worker_api.node_drains_complete()'::regprocedure;
 
 ROLLBACK;
