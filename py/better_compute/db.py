@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -18,6 +20,8 @@ log = logging.getLogger(__name__)
 
 SERIALIZATION_RETRIES = 5
 RETRY_BASE_SECONDS = 0.01
+
+T = TypeVar("T")
 
 
 def function_identifier(name: str) -> sql.Composable:
@@ -29,15 +33,36 @@ def function_identifier(name: str) -> sql.Composable:
 
 
 def adapt(value: Any) -> Any:
-    """Dicts and lists travel as jsonb; everything else as psycopg adapts it."""
-    return Jsonb(value) if isinstance(value, (dict, list)) else value
+    """Dicts travel as jsonb; everything else as psycopg adapts it (a list is an array: wrap a JSON
+    array in Jsonb yourself)."""
+    return Jsonb(value) if isinstance(value, dict) else value
 
 
 class Database:
-    """A pool of connections for one role; `call` runs one stored function in one transaction."""
+    """A pool of connections for one role; `call` runs one stored function in one transaction.
 
-    def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 10, name: str = "better-compute"):
-        self.pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False, name=name)
+    With `role`, every connection runs `SET ROLE role` when it is made: a process that logs in as a
+    member of bc_worker (or a superuser, in tests) then reaches only what that role may use.
+    """
+
+    def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 10, name: str = "better-compute",
+                 role: str | None = None):
+        self.conninfo = conninfo
+        self.role = role
+        self.pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False, name=name,
+                                   configure=self._configure)
+
+    def _configure(self, conn: psycopg.Connection) -> None:
+        if self.role is not None:
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(self.role)))
+            if not conn.autocommit:
+                conn.commit()
+
+    def connect(self) -> psycopg.Connection:
+        """A connection of its own (outside the pool), in autocommit, as the pool's role: for LISTEN."""
+        conn = psycopg.connect(self.conninfo, autocommit=True)
+        self._configure(conn)
+        return conn
 
     def open(self) -> None:
         self.pool.open(wait=True)
@@ -54,15 +79,22 @@ class Database:
 
     def call(self, function: str, *args: Any) -> Any:
         """SELECT function(args...) and return its value; errors come back as ContractError."""
-        query = sql.SQL("SELECT {}({})").format(
-            function_identifier(function), sql.SQL(", ").join(sql.Placeholder() * len(args))
-        )
+        row = self._run(sql.SQL("SELECT {}({})"), function, args, tuple_row, lambda cursor: cursor.fetchone())
+        return row[0] if row else None
+
+    def rows(self, function: str, *args: Any) -> list[dict[str, Any]]:
+        """SELECT * FROM function(args...): the rows of a set-returning function, as dicts."""
+        return self._run(sql.SQL("SELECT * FROM {}({})"), function, args, dict_row, lambda cursor: cursor.fetchall())
+
+    def _run(self, template: sql.SQL, function: str, args: tuple[Any, ...], row_factory: RowFactory[Any],
+             fetch: Callable[[psycopg.Cursor[Any]], T]) -> T:
+        """One transaction; a serialization failure (40001) is retried a bounded number of times."""
+        query = template.format(function_identifier(function), sql.SQL(", ").join(sql.Placeholder() * len(args)))
         params = [adapt(arg) for arg in args]
         for attempt in range(SERIALIZATION_RETRIES + 1):
             try:
-                with self.pool.connection() as conn:
-                    row = conn.execute(query, params).fetchone()
-                    return row[0] if row else None
+                with self.pool.connection() as conn, conn.cursor(row_factory=row_factory) as cursor:
+                    return fetch(cursor.execute(query, params))
             except psycopg.errors.SerializationFailure as error:
                 if attempt == SERIALIZATION_RETRIES:
                     raise from_database(error) from error

@@ -1,0 +1,8 @@
+-- Verify better_compute:worker_schedule on pg
+
+BEGIN;
+
+SELECT 1 / (count(*) = 7)::int FROM compute.work_periodic;
+SELECT 'worker_api.reservations_expire()'::regprocedure, 'worker_api.node_drains_complete()'::regprocedure;
+
+ROLLBACK;

@@ -1,0 +1,107 @@
+"""The worker's first handlers, one per work kind; each is a few calls into worker_api.
+
+`default_handlers` builds the map the composition root passes to the Worker (the core never
+imports this module, P10). Periodic kinds come from compute.work_periodic (sql/450): a sweep that
+works in bounded batches runs again at once while it finds something, and otherwise waits for its
+period.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+from uuid import UUID
+
+from better_compute.audit import AuditSigner, checkpoint_due
+from better_compute.db import Database
+from better_compute.ports.ledger import Ledger, LedgerEntry
+from better_compute.webhooks import Delivery, DeliveryResult
+from better_compute.worker.runtime import Handler, WorkItem
+
+AT_ONCE = 0.0
+DELIVERIES_PER_RUN = 100  # one webhook.deliver run sends at most this many, then runs again
+CHECKPOINTS_PER_RUN = 100  # one audit.checkpoint run signs at most this many, then runs again
+USAGE_METER = "gpu_seconds"
+
+
+class Sender(Protocol):
+    def send(self, delivery: Delivery, timeout: float) -> DeliveryResult: ...
+
+
+def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: AuditSigner) -> dict[str, Handler]:
+    return {
+        "audit.checkpoint": sign_audit_checkpoints(db, signer),
+        "work.prune": sweep(db, "worker_api.work_prune"),
+        "reservations.expire": batched_sweep(db, "worker_api.reservations_expire"),
+        "nodes.drains": sweep(db, "worker_api.node_drains_complete"),
+        "outbox.fan_out": batched_sweep(db, "worker_api.webhooks_fan_out"),
+        "outbox.prune": sweep(db, "worker_api.outbox_prune"),
+        "webhook.deliver": deliver_webhooks(db, sender),
+        "usage.export": export_usage(db, ledger),
+    }
+
+
+def sweep(db: Database, function: str) -> Handler:
+    """Call a sweep once per period."""
+    def run(_item: WorkItem) -> None:
+        db.call(function)
+    return run
+
+
+def batched_sweep(db: Database, function: str) -> Handler:
+    """Call a sweep that handles a bounded batch and returns how many it handled; while it handles
+    something it runs again at once (through the queue, so each run stays short and fenced)."""
+    def run(_item: WorkItem) -> float | None:
+        return AT_ONCE if db.call(function) else None
+    return run
+
+
+def deliver_webhooks(db: Database, sender: Sender, batch: int = DELIVERIES_PER_RUN) -> Handler:
+    """Send the due deliveries of one webhook (the item's key), in order, recording each attempt;
+    run again when the next pending one is due. Every write is fenced by the lease epoch."""
+    def deliver(item: WorkItem) -> float | None:
+        timeout = db.call("worker_api.webhook_timeout_seconds")
+        for row in db.rows("worker_api.webhook_due", item.work_id, item.lease_epoch, batch):
+            result = sender.send(Delivery.from_row(row), timeout)
+            db.call("worker_api.webhook_result", item.work_id, item.lease_epoch, row["delivery_id"],
+                    result.ok, result.status, result.error)
+        return db.call("worker_api.webhook_next_due_seconds", UUID(item.key))
+    return deliver
+
+
+def export_usage(db: Database, ledger: Ledger) -> Handler:
+    """Compute the usage windows that have closed, send the unsent ones to the ledger, mark them
+    sent. A window sent but not marked (a crash in between) is sent again: the ledger keeps one
+    entry per idempotency key."""
+    def export(_item: WorkItem) -> float | None:
+        computed = db.call("worker_api.usage_compute")
+        unsent = db.rows("worker_api.usage_unsent", None)  # NULL: the database's batch bound
+        sent: list[str] = []
+        try:
+            for row in unsent:
+                ledger.record(usage_entry(row))
+                sent.append(row["ledger_key"])
+        finally:
+            if sent:
+                db.call("worker_api.usage_mark_sent", sent)
+        return AT_ONCE if computed or unsent else None
+    return export
+
+
+def sign_audit_checkpoints(db: Database, signer: AuditSigner) -> Handler:
+    """Sign the tenant-hours of audit events that have closed; run again at once after a full batch."""
+    def sign(_item: WorkItem) -> float | None:
+        return AT_ONCE if checkpoint_due(db, signer, CHECKPOINTS_PER_RUN) == CHECKPOINTS_PER_RUN else None
+    return sign
+
+
+def usage_entry(window: Mapping[str, Any]) -> LedgerEntry:
+    attributes = {
+        "reservation_id": str(window["reservation_id"]),
+        "project_id": None if window["project_id"] is None else str(window["project_id"]),
+        "pool_id": str(window["pool_id"]),
+        "shape": window["shape"],
+        "window_start": window["window_start"].isoformat(),
+        "atom_seconds": str(window["atom_seconds"]),
+    }
+    return LedgerEntry(window["ledger_key"], window["tenant_id"], USAGE_METER, window["gpu_seconds"], attributes)

@@ -1,0 +1,244 @@
+-- Webhooks (DESIGN §9): per-tenant subscriptions; deliveries at least once, signed, retried with
+-- exponential backoff (30 s doubling to 1 h), dead-lettered after webhook_attempts (25).
+--
+-- Fan-out (work kind outbox.fan_out): one consumer cursor, locked while it runs, reads new events
+-- (compute.outbox_read) and writes one delivery per matching subscription in the same transaction
+-- as it moves the cursor: no event is fanned out twice or skipped. Sending (work kind
+-- webhook.deliver, key = the webhook): one work item per subscription, so a slow or failing
+-- endpoint holds only its own item, never another tenant's deliveries. Every result is written
+-- under the work item's lease epoch (FENCED otherwise); a delivery keeps its id on every retry.
+SET LOCAL ROLE bc_owner;
+
+CREATE TABLE compute.webhooks (
+    webhook_id  uuid PRIMARY KEY,
+    tenant_id   uuid NOT NULL REFERENCES compute.tenants,
+    url         text NOT NULL CHECK (length(url) <= 2000 AND url ~ '^https?://[^\s]+$'),  -- ARE repetition counts stop at 255
+    secret      text NOT NULL CHECK (length(secret) BETWEEN 16 AND 200),
+    event_types text[] NOT NULL DEFAULT '{}',
+    active      boolean NOT NULL DEFAULT true,
+    created_at  timestamptz NOT NULL
+);
+CREATE INDEX webhooks_tenant ON compute.webhooks (tenant_id) WHERE active;
+COMMENT ON TABLE compute.webhooks IS 'A tenant''s subscription: URL, signing secret, event types (globs like reservation.*; empty = all).';
+
+CREATE TABLE compute.webhook_deliveries (
+    delivery_id     uuid PRIMARY KEY,
+    webhook_id      uuid NOT NULL REFERENCES compute.webhooks ON DELETE CASCADE,
+    event_id        bigint NOT NULL REFERENCES compute.outbox ON DELETE CASCADE,
+    state           text NOT NULL CHECK (state IN ('pending', 'delivered', 'dead')),
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL,
+    last_status     integer,
+    last_error      text,
+    created_at      timestamptz NOT NULL,
+    delivered_at    timestamptz,
+    UNIQUE (webhook_id, event_id)
+);
+CREATE INDEX webhook_deliveries_due ON compute.webhook_deliveries (webhook_id, next_attempt_at, event_id) WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_event ON compute.webhook_deliveries (event_id) WHERE state = 'pending';
+COMMENT ON TABLE compute.webhook_deliveries IS 'One event to one subscription; the delivery id is the same on every attempt.';
+
+CREATE FUNCTION compute.webhook_create(p_tenant_id uuid, p_url text, p_secret text, p_event_types text[] DEFAULT '{}')
+RETURNS uuid
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_webhook_id uuid := pg_catalog.gen_random_uuid();
+BEGIN
+    PERFORM compute.tenant_ensure(p_tenant_id);
+    IF p_url IS NULL OR length(p_url) > 2000 OR p_url !~ '^https?://[^\s]+$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid webhook URL %L', pg_catalog.left(p_url, 200)),
+            'Pass an http(s) URL of at most 2000 characters.');
+    END IF;
+    IF p_secret IS NULL OR length(p_secret) NOT BETWEEN 16 AND 200 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a webhook secret has 16 to 200 characters', 'Use a long random secret.');
+    END IF;
+    IF (SELECT count(*) FROM compute.webhooks AS w WHERE w.tenant_id = p_tenant_id AND w.active) >= compute.limit('webhooks_per_tenant') THEN
+        PERFORM compute.raise_error('QUOTA_EXCEEDED', 'this tenant has as many webhooks as it may',
+            pg_catalog.format('Delete one first (limit webhooks_per_tenant = %s).', compute.limit('webhooks_per_tenant')));
+    END IF;
+    INSERT INTO compute.webhooks (webhook_id, tenant_id, url, secret, event_types, created_at)
+    VALUES (v_webhook_id, p_tenant_id, p_url, p_secret, coalesce(p_event_types, '{}'), compute.compute_now());
+    RETURN v_webhook_id;
+END
+$$;
+COMMENT ON FUNCTION compute.webhook_create(uuid, text, text, text[]) IS 'Subscribe a tenant''s URL to its events.';
+
+CREATE FUNCTION compute.webhook_matches(p_event_types text[], p_event_type text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT pg_catalog.cardinality(p_event_types) = 0
+        OR EXISTS (SELECT 1 FROM pg_catalog.unnest(p_event_types) AS t
+                    WHERE p_event_type LIKE pg_catalog.replace(pg_catalog.replace(t, '_', '\_'), '*', '%'))
+$$;
+COMMENT ON FUNCTION compute.webhook_matches(text[], text) IS 'Whether an event type matches a subscription''s globs (empty = all).';
+
+CREATE FUNCTION compute.webhooks_fan_out()
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the cursor row FOR UPDATE (one fan-out at a time), then new delivery rows.
+DECLARE
+    v_cursor compute.outbox_cursors;
+    v_last   compute.outbox_event;
+    v_count  integer := 0;
+BEGIN
+    INSERT INTO compute.outbox_cursors (consumer, updated_at) VALUES ('webhooks', compute.compute_now())
+    ON CONFLICT (consumer) DO NOTHING;
+    SELECT * INTO v_cursor FROM compute.outbox_cursors AS c WHERE c.consumer = 'webhooks' FOR UPDATE;
+
+    CREATE TEMP TABLE IF NOT EXISTS pg_temp.fan_out_batch OF compute.outbox_event ON COMMIT DROP;
+    DELETE FROM pg_temp.fan_out_batch;
+    INSERT INTO pg_temp.fan_out_batch SELECT * FROM compute.outbox_read(v_cursor.xid, v_cursor.event_id);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count = 0 THEN
+        RETURN 0;
+    END IF;
+
+    -- One delivery per matching subscription; past the backlog bound a delivery is dead at once
+    -- (visible to operators, replayable) instead of growing the queue without limit (P12).
+    INSERT INTO compute.webhook_deliveries (delivery_id, webhook_id, event_id, state, next_attempt_at, last_error, created_at)
+    SELECT pg_catalog.gen_random_uuid(), w.webhook_id, e.event_id,
+           CASE WHEN backlog.n >= compute.limit('deliveries_pending_per_webhook') THEN 'dead' ELSE 'pending' END,
+           compute.compute_now(),
+           CASE WHEN backlog.n >= compute.limit('deliveries_pending_per_webhook') THEN 'backlog bound reached' END,
+           compute.compute_now()
+      FROM pg_temp.fan_out_batch AS e
+      JOIN compute.webhooks AS w ON w.tenant_id = e.tenant_id AND w.active AND compute.webhook_matches(w.event_types, e.event_type)
+     CROSS JOIN LATERAL (SELECT count(*) AS n FROM compute.webhook_deliveries AS d
+                          WHERE d.webhook_id = w.webhook_id AND d.state = 'pending') AS backlog
+    ON CONFLICT (webhook_id, event_id) DO NOTHING;
+
+    PERFORM compute.work_poke('webhook.deliver', w.webhook_id::text)
+       FROM compute.webhooks AS w
+      WHERE EXISTS (SELECT 1 FROM pg_temp.fan_out_batch AS e
+                     WHERE e.tenant_id = w.tenant_id AND w.active AND compute.webhook_matches(w.event_types, e.event_type));
+
+    SELECT * INTO v_last FROM pg_temp.fan_out_batch AS e ORDER BY e.xid DESC, e.event_id DESC LIMIT 1;
+    UPDATE compute.outbox_cursors SET xid = v_last.xid, event_id = v_last.event_id, updated_at = compute.compute_now()
+     WHERE consumer = 'webhooks';
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION compute.webhooks_fan_out() IS 'Turn new outbox events into webhook deliveries and move the cursor, in one transaction; returns events read.';
+
+CREATE TYPE compute.webhook_delivery AS (delivery_id uuid, event_id bigint, event_type text, url text, secret text,
+                                         attempts integer, body jsonb);
+
+CREATE FUNCTION compute.webhook_due(p_work_id bigint, p_epoch bigint, p_limit integer)
+RETURNS SETOF compute.webhook_delivery
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_work compute.work := compute.work_fenced(p_work_id, p_epoch);
+BEGIN
+    RETURN QUERY
+    SELECT d.delivery_id, o.event_id, o.event_type, w.url, w.secret, d.attempts,
+           pg_catalog.jsonb_build_object('id', o.event_id, 'type', o.event_type, 'tenant_id', o.tenant_id,
+                                         'aggregate', pg_catalog.jsonb_build_object('type', o.aggregate_type, 'id', o.aggregate_id,
+                                                                                    'seq', o.aggregate_seq),
+                                         'occurred_at', o.occurred_at, 'data', o.payload)
+      FROM compute.webhook_deliveries AS d
+      JOIN compute.webhooks AS w ON w.webhook_id = d.webhook_id
+      JOIN compute.outbox AS o ON o.event_id = d.event_id
+     WHERE d.webhook_id = v_work.key::uuid AND d.state = 'pending' AND d.next_attempt_at <= compute.compute_now()
+     ORDER BY d.next_attempt_at, d.event_id
+     LIMIT least(coalesce(p_limit, compute.limit('webhook_delivery_batch')), compute.limit('webhook_delivery_batch'));
+END
+$$;
+COMMENT ON FUNCTION compute.webhook_due(bigint, bigint, integer) IS 'Deliveries due now for the webhook a webhook.deliver item is about; FENCED with a stale epoch.';
+
+CREATE FUNCTION compute.webhook_result(p_work_id bigint, p_epoch bigint, p_delivery_id uuid, p_ok boolean, p_status integer,
+                                       p_error text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_work compute.work := compute.work_fenced(p_work_id, p_epoch);
+    v_now  timestamptz := compute.compute_now();
+BEGIN
+    UPDATE compute.webhook_deliveries AS d
+       SET attempts = d.attempts + 1, last_status = p_status, last_error = pg_catalog.left(p_error, 2000),
+           state = CASE WHEN p_ok THEN 'delivered'
+                        WHEN d.attempts + 1 >= compute.limit('webhook_attempts') THEN 'dead' ELSE 'pending' END,
+           delivered_at = CASE WHEN p_ok THEN v_now END,
+           next_attempt_at = v_now + least(compute.limit('webhook_backoff_cap_seconds'),
+                                           compute.limit('webhook_backoff_base_seconds') * 2 ^ d.attempts) * interval '1 second'
+     WHERE d.delivery_id = p_delivery_id AND d.webhook_id = v_work.key::uuid AND d.state = 'pending';
+END
+$$;
+COMMENT ON FUNCTION compute.webhook_result(bigint, bigint, uuid, boolean, integer, text) IS
+    'Record one attempt: delivered, or retried after 30 s doubling to 1 h, or dead after webhook_attempts.';
+
+CREATE FUNCTION compute.webhook_next_due(p_webhook_id uuid)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    SELECT min(d.next_attempt_at) FROM compute.webhook_deliveries AS d WHERE d.webhook_id = p_webhook_id AND d.state = 'pending'
+$$;
+COMMENT ON FUNCTION compute.webhook_next_due(uuid) IS 'When the webhook''s next pending delivery is due (NULL when none).';
+
+CREATE FUNCTION compute.webhook_replay(p_delivery_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_webhook_id uuid;
+BEGIN
+    UPDATE compute.webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_at = compute.compute_now(), last_error = NULL
+     WHERE delivery_id = p_delivery_id AND state = 'dead'
+    RETURNING webhook_id INTO v_webhook_id;
+    IF v_webhook_id IS NULL THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no dead-lettered delivery %s', p_delivery_id),
+            'List dead letters in ops.webhook_dead_letters.');
+    END IF;
+    PERFORM compute.work_poke('webhook.deliver', v_webhook_id::text);
+END
+$$;
+COMMENT ON FUNCTION compute.webhook_replay(uuid) IS 'Send a dead-lettered delivery again (same delivery id), with fresh attempts.';
+
+CREATE FUNCTION compute.outbox_prune()
+RETURNS integer
+LANGUAGE sql
+AS $$
+    -- Delivered events past the retention bound go; an event a webhook has still to deliver stays.
+    WITH gone AS (
+        DELETE FROM compute.outbox AS o
+         WHERE o.occurred_at < compute.compute_now() - compute.limit('outbox_retention_seconds') * interval '1 second'
+           AND NOT EXISTS (SELECT 1 FROM compute.webhook_deliveries AS d WHERE d.event_id = o.event_id AND d.state = 'pending')
+           AND NOT EXISTS (SELECT 1 FROM compute.outbox_cursors AS c WHERE (o.xid, o.event_id) > (c.xid, c.event_id))
+        RETURNING 1)
+    SELECT count(*)::integer FROM gone
+$$;
+COMMENT ON FUNCTION compute.outbox_prune() IS 'Delete delivered events older than outbox_retention_seconds; returns how many.';
+
+CREATE FUNCTION worker_api.outbox_prune() RETURNS integer
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.outbox_prune() $$;
+CREATE FUNCTION worker_api.webhooks_fan_out() RETURNS integer
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.webhooks_fan_out() $$;
+CREATE FUNCTION worker_api.webhook_due(p_work_id bigint, p_epoch bigint, p_limit integer)
+RETURNS SETOF compute.webhook_delivery
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT * FROM compute.webhook_due(p_work_id, p_epoch, p_limit) $$;
+CREATE FUNCTION worker_api.webhook_result(p_work_id bigint, p_epoch bigint, p_delivery_id uuid, p_ok boolean, p_status integer,
+                                          p_error text) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = ''
+AS $$ SELECT compute.webhook_result(p_work_id, p_epoch, p_delivery_id, p_ok, p_status, p_error) $$;
+CREATE FUNCTION worker_api.webhook_next_due_seconds(p_webhook_id uuid) RETURNS double precision
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
+AS $$ SELECT greatest(extract(epoch FROM compute.webhook_next_due(p_webhook_id) - compute.compute_now()), 0)::double precision $$;
+CREATE FUNCTION worker_api.webhook_timeout_seconds() RETURNS double precision
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
+AS $$ SELECT compute.limit('webhook_timeout_seconds')::double precision $$;
+COMMENT ON FUNCTION worker_api.webhook_timeout_seconds() IS 'How long one webhook POST may take (limit webhook_timeout_seconds).';
+
+CREATE VIEW ops.webhook_dead_letters AS
+    SELECT d.delivery_id, w.tenant_id, w.url, o.event_type, d.event_id, d.attempts, d.last_status, d.last_error, d.created_at
+      FROM compute.webhook_deliveries AS d
+      JOIN compute.webhooks AS w ON w.webhook_id = d.webhook_id
+      JOIN compute.outbox AS o ON o.event_id = d.event_id
+     WHERE d.state = 'dead';
+COMMENT ON VIEW ops.webhook_dead_letters IS 'Deliveries that gave up; ops.webhook_replay(delivery_id) sends one again.';
+CREATE FUNCTION ops.webhook_replay(p_delivery_id uuid) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.webhook_replay(p_delivery_id) $$;
+COMMENT ON FUNCTION ops.webhook_replay(uuid) IS 'Send a dead-lettered webhook delivery again.';

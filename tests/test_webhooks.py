@@ -1,0 +1,155 @@
+"""Webhooks end to end: outbox events -> fan-out -> signed POSTs to a real local receiver, retried
+with the same delivery id, dead-lettered and replayed; a slow endpoint holds only its own webhook."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+
+from better_compute.db import Database
+from better_compute.webhooks import (
+    DELIVERY_HEADER,
+    EVENT_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    Delivery,
+    encode_body,
+    signature,
+    verify_signature,
+)
+from worker_support import Receiver, Received, Reply, running_worker, sender_for, standard_handlers, wait_until, worker_database
+
+SECRET = "a-webhook-secret-of-32-characters"
+TOLERANCE_SECONDS = 300
+
+
+@pytest.fixture
+def pg(db: psycopg.Connection) -> psycopg.Connection:
+    """The test's own session, autocommit; webhook retries after 1 s, 2 s, … instead of 30 s."""
+    db.autocommit = True
+    db.execute("UPDATE compute.limits SET value = 1 WHERE name = 'webhook_backoff_base_seconds'")
+    return db
+
+
+@pytest.fixture
+def wdb(db_dsn: str) -> Iterator[Database]:
+    with worker_database(db_dsn) as database:
+        yield database
+
+
+def webhook(pg: psycopg.Connection, url: str) -> uuid.UUID:
+    """A new tenant with one webhook; returns the tenant."""
+    tenant = uuid.uuid4()
+    pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (tenant, url, SECRET))
+    return tenant
+
+
+def emit(pg: psycopg.Connection, tenant: uuid.UUID, count: int) -> list[int]:
+    """`count` events of the tenant, one transaction each; returns their event ids."""
+    for number in range(count):
+        pg.execute("SELECT compute.outbox_emit(%s, 'reservation', %s, 'reservation.created', %s)",
+                   (tenant, f"r-{number}", json.dumps({"number": number})))
+    rows = pg.execute("SELECT event_id FROM compute.outbox WHERE tenant_id = %s ORDER BY event_id", (tenant,)).fetchall()
+    return [event_id for (event_id,) in rows]
+
+
+def deliveries(pg: psycopg.Connection, state: str) -> int:
+    return pg.execute("SELECT count(*) FROM compute.webhook_deliveries WHERE state = %s", (state,)).fetchone()[0]
+
+
+def signed_properly(request: Received) -> bool:
+    return verify_signature(SECRET, request.header(TIMESTAMP_HEADER), request.body, request.header(SIGNATURE_HEADER),
+                            TOLERANCE_SECONDS)
+
+
+def fail_first(attempts: int) -> Callable[[Received, list[Received]], Reply]:
+    """An endpoint that answers 500 to the first `attempts` attempts of each delivery, then 200."""
+    def answer(request: Received, earlier: list[Received]) -> Reply:
+        tries = sum(1 for seen in earlier if seen.header(DELIVERY_HEADER) == request.header(DELIVERY_HEADER))
+        return Reply(500 if tries < attempts else 200)
+    return answer
+
+
+def test_signature_checks_body_secret_and_age() -> None:
+    body = encode_body({"id": 1, "type": "reservation.created"})
+    header = signature(SECRET, 1_900_000_000, body)
+    assert header.startswith("v1=")
+    assert verify_signature(SECRET, "1900000000", body, header, 300, now=1_900_000_100)
+    assert not verify_signature(SECRET, "1900000000", body + b" ", header, 300, now=1_900_000_100)
+    assert not verify_signature("another-secret-of-enough-length", "1900000000", body, header, 300, now=1_900_000_100)
+    assert not verify_signature(SECRET, "1900000000", body, header, 300, now=1_900_000_301)
+    assert not verify_signature(SECRET, "1900000001", body, header, 300, now=1_900_000_100)
+
+
+def test_every_event_arrives_signed_and_retries_keep_the_delivery_id(pg: psycopg.Connection, wdb: Database) -> None:
+    with Receiver(fail_first(2)) as receiver:
+        tenant = webhook(pg, receiver.url)
+        events = emit(pg, tenant, 5)
+        with running_worker(wdb, standard_handlers(wdb)):
+            wait_until(lambda: deliveries(pg, "delivered") == 5, 20, "five deliveries")
+        requests = receiver.requests()
+    assert all(signed_properly(request) for request in requests)
+    by_event: dict[int, list[Received]] = defaultdict(list)
+    for request in requests:
+        by_event[json.loads(request.body)["id"]].append(request)
+    assert sorted(by_event) == events
+    for event_id, attempts in by_event.items():
+        assert len(attempts) == 3, event_id  # two 500s, then 200
+        assert len({attempt.header(DELIVERY_HEADER) for attempt in attempts}) == 1
+        assert {attempt.header(EVENT_HEADER) for attempt in attempts} == {"reservation.created"}
+        body = json.loads(attempts[0].body)
+        assert (body["tenant_id"], body["aggregate"]["type"]) == (str(tenant), "reservation")
+    assert len({attempts[0].header(DELIVERY_HEADER) for attempts in by_event.values()}) == 5
+
+
+def test_a_dead_letter_is_replayed_with_its_delivery_id(pg: psycopg.Connection, wdb: Database) -> None:
+    pg.execute("UPDATE compute.limits SET value = 2 WHERE name = 'webhook_attempts'")
+    endpoint_up = False
+    with Receiver(lambda _request, _earlier: Reply(200 if endpoint_up else 503)) as receiver:
+        tenant = webhook(pg, receiver.url)
+        [event_id] = emit(pg, tenant, 1)
+        with running_worker(wdb, standard_handlers(wdb)):
+            wait_until(lambda: pg.execute("SELECT count(*) FROM ops.webhook_dead_letters").fetchone()[0] == 1, 15,
+                       "the delivery dead-lettered")
+            delivery_id, attempts, status = pg.execute(
+                "SELECT delivery_id, attempts, last_status FROM ops.webhook_dead_letters WHERE event_id = %s",
+                (event_id,)).fetchone()
+            assert (attempts, status) == (2, 503)
+            endpoint_up = True
+            pg.execute("SELECT ops.webhook_replay(%s)", (delivery_id,))
+            wait_until(lambda: deliveries(pg, "delivered") == 1, 10, "the replayed delivery")
+        requests = receiver.requests()
+    assert [request.header(DELIVERY_HEADER) for request in requests] == [str(delivery_id)] * 3
+    assert all(signed_properly(request) for request in requests)
+    assert pg.execute("SELECT count(*) FROM ops.webhook_dead_letters").fetchone()[0] == 0
+
+
+def test_a_slow_endpoint_does_not_delay_another_tenant(pg: psycopg.Connection, wdb: Database) -> None:
+    slow_seconds = 2.0
+    with Receiver(lambda _request, _earlier: Reply(delay=slow_seconds)) as slow, Receiver() as fast:
+        slow_tenant = webhook(pg, slow.url)
+        fast_tenant = webhook(pg, fast.url)
+        emit(pg, slow_tenant, 2)
+        emit(pg, fast_tenant, 3)
+        started = time.monotonic()
+        with running_worker(wdb, standard_handlers(wdb)):
+            wait_until(lambda: len(fast.requests()) == 3, 10, "the fast tenant's events")
+            fast_done = time.monotonic() - started
+            wait_until(lambda: deliveries(pg, "delivered") == 5, 15, "the slow tenant's events too")
+        slow_done = time.monotonic() - started
+    assert fast_done < slow_seconds, f"the fast tenant waited {fast_done:.2f} s"
+    assert slow_done >= 2 * slow_seconds  # its two deliveries went one after the other
+
+
+def test_a_timeout_is_a_failed_attempt_with_its_reason(wdb: Database) -> None:
+    with Receiver(lambda _request, _earlier: Reply(delay=1.0)) as receiver:
+        delivery = Delivery(uuid.uuid4(), "reservation.created", receiver.url, SECRET, {"id": 1})
+        result = sender_for(wdb).send(delivery, timeout=0.2)
+    assert (result.ok, result.status) == (False, None)
+    assert result.error is not None and "timed out" in result.error
