@@ -77,6 +77,7 @@ CREATE TABLE compute.devices (
     UNIQUE (device_id, site_id)
 );
 CREATE INDEX devices_node ON compute.devices (node_id, index);
+CREATE INDEX devices_absent ON compute.devices (device_id) WHERE NOT present;
 COMMENT ON TABLE compute.devices IS 'A physical GPU. layout (whole | timeslice:N | mig:profile@placement,...) decides its atoms; present=false when the last inventory lacked it.';
 COMMENT ON COLUMN compute.devices.mig_profiles IS 'MIG profiles as the GPU reports them: name, id, slices (memory slices of 8), memory_mib, sm, placements.';
 
