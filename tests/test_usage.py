@@ -63,9 +63,10 @@ def pool_of_four_gpus(pg: psycopg.Connection) -> uuid.UUID:
     return pool_id
 
 
-def reserve(pg: psycopg.Connection, pool_id: uuid.UUID, shape: str, count: int, start: timedelta, end: timedelta) -> uuid.UUID:
+def reserve(pg: psycopg.Connection, pool_id: uuid.UUID, shape: str, count: int, start: timedelta, end: timedelta,
+            hold_seconds: int | None = None) -> uuid.UUID:
     request = {"tenant_id": "00000000-0000-0000-0000-00000000beef", "pool_id": str(pool_id), "shape": shape, "count": count,
-               "start": (T0 + start).isoformat(), "end": (T0 + end).isoformat()}
+               "start": (T0 + start).isoformat(), "end": (T0 + end).isoformat(), "hold_seconds": hold_seconds}
     reservation_id = pg.execute("SELECT compute.reserve(%s) ->> 'reservation_id'", (Jsonb(request),)).fetchone()[0]
     pg.execute("SELECT compute.reservation_activate(%s)", (reservation_id,))
     return uuid.UUID(reservation_id)
@@ -174,6 +175,16 @@ def test_a_ledger_failure_midway_keeps_what_was_sent(pg: psycopg.Connection, wdb
     export_usage(wdb, rest)(EXPORT_ITEM)
     assert len(rest.sent) == total - 2 and not set(rest.sent) & set(failing.sent)
     assert unsent(pg) == 0 and len(ledger_rows(pg)) == total
+
+
+def test_a_lapsed_lease_is_billed_once_the_sweep_has_ended_it(pg: psycopg.Connection, wdb: Database) -> None:
+    """Its lease lapsed at T0 + 10 min, in an hour closed long ago: usage waits for the expiry sweep,
+    which ends it there, instead of billing the two hours it had asked for."""
+    reservation_id = reserve(pg, pool_of_four_gpus(pg), "gpu", 1, timedelta(0), timedelta(hours=2), hold_seconds=600)
+    assert wdb.call("worker_api.usage_compute") == 0
+    assert wdb.call("worker_api.reservations_expire") == 1
+    assert wdb.call("worker_api.usage_compute") == 1
+    assert pg.execute("SELECT reservation_id, window_start, gpu_seconds FROM ops.usage").fetchall() == [(reservation_id, T0, 600)]
 
 
 ENTRY = LedgerEntry("usage:r:2030-06-30T22:00:00Z", uuid.UUID(int=7), "gpu_seconds", Decimal("1800.0"), {"shape": "gpu"})

@@ -6,7 +6,8 @@ BEGIN;
 -- Usage and the ledger (DESIGN §10): usage windows computed from booked time (the `during` ranges,
 -- after truncation by release), per reservation per hour, GPU-seconds exact (a MIG instance counts
 -- its fraction of the GPU, a slot 1/N). A window is computed, and sent, only once compute_now()
--- has closed it: past hours never change (release truncates to now, extension moves the end).
+-- has closed it: past hours never change (release truncates to now, extension moves the end),
+-- except under a lapsed lease, which the expiry sweep ends at hold_until: such a reservation waits.
 -- Each window goes to the ledger with idempotency key usage:{reservation}:{window start}; the
 -- ledger keeps one entry per key, so a window sent twice (a worker killed between sending and
 -- marking it sent) is billed once.
@@ -64,6 +65,9 @@ BEGIN
           LEFT JOIN compute.usage_progress AS p ON p.reservation_id = r.reservation_id
          WHERE r.state IN ('active', 'released', 'expired') AND lower(r.during) < v_closed
            AND coalesce(p.computed_until, '-infinity') < least(upper(r.during), v_closed)
+           -- A lapsed lease is about to be ended at hold_until by the expiry sweep, which may lie in
+           -- a closed hour: wait for the sweep (or a renewal) rather than bill time it takes back.
+           AND NOT coalesce(r.state = 'active' AND r.hold_until <= v_now AND upper(r.during) > r.hold_until, false)
          ORDER BY r.reservation_id
          LIMIT compute.limit('usage_export_batch')
            FOR UPDATE OF r SKIP LOCKED
