@@ -8,6 +8,7 @@ period.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 from uuid import UUID
@@ -20,6 +21,7 @@ from better_compute.worker.runtime import Handler, WorkItem
 
 AT_ONCE = 0.0
 DELIVERIES_PER_RUN = 100  # one webhook.deliver run sends at most this many, then runs again
+DELIVERY_RUN_SECONDS = 10.0  # ... and stops after this long: short runs complete (and reset their attempts) often
 CHECKPOINTS_PER_RUN = 100  # one audit.checkpoint run signs at most this many, then runs again
 USAGE_METER = "gpu_seconds"
 
@@ -58,10 +60,15 @@ def batched_sweep(db: Database, function: str) -> Handler:
 
 def deliver_webhooks(db: Database, sender: Sender, batch: int = DELIVERIES_PER_RUN) -> Handler:
     """Send the due deliveries of one webhook (the item's key), in order, recording each attempt;
-    run again when the next pending one is due. Every write is fenced by the lease epoch."""
+    run again when the next pending one is due. Every write is fenced by the lease epoch. A run
+    ends after DELIVERY_RUN_SECONDS even if more are due (it then runs again at once), so that a
+    slow endpoint and killed workers do not use up the item's attempts."""
     def deliver(item: WorkItem) -> float | None:
         timeout = db.call("worker_api.webhook_timeout_seconds")
+        deadline = time.monotonic() + DELIVERY_RUN_SECONDS
         for row in db.rows("worker_api.webhook_due", item.work_id, item.lease_epoch, batch):
+            if time.monotonic() > deadline:
+                break
             result = sender.send(Delivery.from_row(row), timeout)
             db.call("worker_api.webhook_result", item.work_id, item.lease_epoch, row["delivery_id"],
                     result.ok, result.status, result.error)
