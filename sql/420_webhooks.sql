@@ -38,6 +38,10 @@ CREATE INDEX webhook_deliveries_due ON compute.webhook_deliveries (webhook_id, n
 CREATE INDEX webhook_deliveries_event ON compute.webhook_deliveries (event_id) WHERE state = 'pending';
 COMMENT ON TABLE compute.webhook_deliveries IS 'One event to one subscription; the delivery id is the same on every attempt.';
 
+-- The fan-out's cursor exists from the start, so pruning (which keeps what a consumer has not read)
+-- never takes an event that was never fanned out.
+INSERT INTO compute.outbox_cursors (consumer, updated_at) VALUES ('webhooks', '-infinity');
+
 CREATE FUNCTION compute.webhook_create(p_tenant_id uuid, p_url text, p_secret text, p_event_types text[] DEFAULT '{}')
 RETURNS uuid
 LANGUAGE plpgsql

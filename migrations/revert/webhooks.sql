@@ -21,5 +21,6 @@ DROP FUNCTION compute.webhook_matches(text[], text);
 DROP FUNCTION compute.webhook_create(uuid, text, text, text[]);
 DROP TABLE compute.webhook_deliveries;
 DROP TABLE compute.webhooks;
+DELETE FROM compute.outbox_cursors WHERE consumer = 'webhooks';
 
 COMMIT;
