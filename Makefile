@@ -12,7 +12,8 @@ help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"
-	@echo "make bench  - capacity benchmark (not a test, ~5 min): 1,000-node fleet, reservations/s, capacity queries"
+	@echo "make bench  - benchmarks (not a test, ~7 min): 1,000-node fleet, reservations/s, capacity queries;"
+	@echo "             outbox events/s to webhooks, work items/s with 1 and 4 workers"
 	@echo "make clean  - stop the demo cluster and remove ./.bc/"
 
 setup: $(STAMP)
@@ -43,6 +44,7 @@ pytest: setup
 
 bench: setup
 	$(PY) bench/capacity.py
+	$(PY) bench/worker.py
 
 clean:
 	-$(VENV)/bin/better-compute dev down

@@ -7,7 +7,7 @@ million historical bookings, then measure
     concurrent clients, with latencies and the conflict rate;
   - the raw insert rate into a table with the same exclusion constraint, same clients, same duration;
   - capacity_free and capacity_earliest latencies with the history present.
-Prints a table, checks the issue's targets, and writes every figure to .bc/bench.json.
+Prints a table, checks the issue's targets, and writes every figure to the "capacity" section of .bc/bench.json.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -34,9 +32,10 @@ from psycopg.types.json import Jsonb
 
 from better_compute import embedded, migrate
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import (RESULTS, ROOT, TENANT_ID_SQL, machine, machine_line, phase, tenant_id, throwaway_cluster,
+                    write_section)
+
 INVENTORY = ROOT / "tests" / "fixtures" / "nvidia-h200" / "inventory.json"
-RESULTS = ROOT / ".bc" / "bench.json"
 DBNAME = "bc_bench"
 
 POOL_POLICIES = ("pack", "pack", "spread", "spread")
@@ -68,14 +67,6 @@ EARLIEST_CASES = (("gpu", 1, 24), ("gpu", 8, 48), ("gpu", 64, 24), ("mig:3g.71gb
 TARGET_RATIO_AT_8 = 0.5
 TARGET_CAPACITY_FREE_P50_MS = 5.0
 CONFLICT_SQLSTATES = {"BC409": "CAPACITY_CONFLICT", "23P01": "exclusion_violation", "40P01": "deadlock"}
-
-
-def tenant_id(number: int) -> str:
-    """The uuid of bench tenant `number` (the SQL below spells the same formula)."""
-    return f"00000000-0000-4000-8000-{number:012d}"
-
-
-TENANT_ID_SQL = "('00000000-0000-4000-8000-' || lpad(({n})::text, 12, '0'))::uuid"
 
 
 # -- results ---------------------------------------------------------------------------------------
@@ -149,16 +140,6 @@ def merge(workload: str, clients: int, seconds: float, tallies: list[ClientTally
         latencies.samples.extend(tally.latencies)
     return RunResult(workload, clients, round(seconds, 3), sum(t.succeeded for t in tallies), dict(conflicts), dict(errors),
                      latencies.summary())
-
-
-@contextmanager
-def phase(timings: dict[str, float], name: str) -> Iterator[None]:
-    """Time a phase of the benchmark and say so as it ends."""
-    started = time.perf_counter()
-    print(f"-- {name} ...", flush=True)
-    yield
-    timings[name] = round(time.perf_counter() - started, 2)
-    print(f"   {name}: {timings[name]:.1f} s", flush=True)
 
 
 # -- the fleet -------------------------------------------------------------------------------------
@@ -487,15 +468,9 @@ def print_report(report: dict[str, Any]) -> None:
     for target in report["targets"]:
         print(f"Target {target['name']}: measured {target['measured']} (needs {target['needs']}) -> "
               f"{'MET' if target['met'] else 'NOT MET'}")
-    machine = report["machine"]
-    print(f"Machine: {machine['cpus']} CPUs; load average (1/5/15 min) {fmt_load(machine['loadavg_1_5_15_at_start'])} at start, "
-          f"{fmt_load(machine['loadavg_1_5_15_at_end'])} at end (other work on the machine skews every figure)")
+    print(machine_line(report["machine"]))
     print(f"Total {timings['total']} s (phases: " + ", ".join(f"{k} {v} s" for k, v in timings.items() if k != "total")
           + f"); figures in {RESULTS.relative_to(ROOT)}")
-
-
-def fmt_load(load: tuple[float, float, float]) -> str:
-    return "/".join(f"{value:.2f}" for value in load)
 
 
 def targets(admission: list[RunResult], raw: list[RunResult], free: dict[str, Any]) -> list[dict[str, object]]:
@@ -568,7 +543,7 @@ def benchmark(cluster: embedded.Cluster) -> dict[str, Any]:
         queries = capacity_queries(dsn, pools, rng)
     timings["total"] = round(time.perf_counter() - began, 2)
     return {
-        "machine": {"cpus": os.cpu_count(), "loadavg_1_5_15_at_start": load_at_start, "loadavg_1_5_15_at_end": os.getloadavg()},
+        "machine": machine(load_at_start),
         "fleet": {**fleet, "nodes_per_pool": NODES_PER_POOL, "gpus_per_node": GPUS_PER_NODE, "pool_policies": list(POOL_POLICIES),
                   "layouts": {f"gpu_index_{MIG_GPU_INDEX}": MIG_LAYOUT, f"gpu_index_{SLOT_GPU_INDEX}": SLOT_LAYOUT}},
         "bookings_loaded": loaded,
@@ -585,15 +560,10 @@ def benchmark(cluster: embedded.Cluster) -> dict[str, Any]:
 
 
 def main() -> int:
-    cluster = embedded.throwaway("bc-bench-")
-    try:
-        cluster.start()
+    with throwaway_cluster("bc-bench-") as cluster:
         report = benchmark(cluster)
-    finally:
-        cluster.destroy()
     report["measured_at"] = datetime.now(timezone.utc).isoformat()
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write_section("capacity", report)
     print_report(report)
     return 0
 

@@ -221,7 +221,10 @@ class Worker:
             self.report(item, again, error)
         finally:
             with self.lock:
-                del self.running[item.work_id]
+                # Once reported, the item may already be claimed again (it asked to run again at
+                # once) and tracked under the same id by a new run: remove only our own entry.
+                if self.running.get(item.work_id) is running:
+                    del self.running[item.work_id]
             self.wake.set()
 
     def report(self, item: WorkItem, again: float | None = None, error: str | None = None) -> None:
