@@ -11,41 +11,28 @@ UPDATE t SET device = (SELECT d.device_id FROM compute.devices AS d WHERE d.node
              first = (pgtap_fixtures.book(t.pool, 'gpu', 1, '2030-01-01 01:00+00', '2030-01-01 03:00+00') ->> 'reservation_id')::uuid,
              second = (pgtap_fixtures.book(t.pool, 'gpu', 1, '2030-01-01 05:00+00', '2030-01-01 06:00+00') ->> 'reservation_id')::uuid;
 
-CREATE FUNCTION pg_temp.refusal(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_state text;
-    v_hint  text;
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_hint = PG_EXCEPTION_HINT;
-    RETURN v_state || ': ' || v_hint;
-END
-$$;
-
-SELECT is(pg_temp.refusal($$SELECT compute.device_set_layout(device, 'mig:3g.71gb@0,3g.71gb@4', '2030-01-01 02:00+00') FROM t$$),
+SELECT is(pgtap_fixtures.refusal($$SELECT compute.device_set_layout(device, 'mig:3g.71gb@0,3g.71gb@4', '2030-01-01 02:00+00') FROM t$$),
           format('BC409: Release or wait for reservations %s, or schedule the change after they end.',
                  (SELECT string_agg(id::text, ', ' ORDER BY id::text) FROM t, unnest(ARRAY[first, second]) AS id)),
           'a change in the middle of a booking is refused, naming both reservations that hold the GPU after it')
   FROM t;
-SELECT is(pg_temp.refusal($$SELECT compute.device_set_layout(device, 'timeslice:2') FROM t$$),
+SELECT is(pgtap_fixtures.refusal($$SELECT compute.device_set_layout(device, 'timeslice:2') FROM t$$),
           format('BC409: Release or wait for reservations %s, or schedule the change after they end.',
                  (SELECT string_agg(id::text, ', ' ORDER BY id::text) FROM t, unnest(ARRAY[first, second]) AS id)),
           'so is a change now, before both bookings')
   FROM t;
-SELECT is(pg_temp.refusal($$SELECT compute.device_set_layout(device, 'mig:3g.71gb@0,3g.71gb@4', '2030-01-01 03:00+00') FROM t$$),
+SELECT is(pgtap_fixtures.refusal($$SELECT compute.device_set_layout(device, 'mig:3g.71gb@0,3g.71gb@4', '2030-01-01 03:00+00') FROM t$$),
           format('BC409: Release or wait for reservations %s, or schedule the change after they end.', second),
           'a change when the first ends is blocked by the second only')
   FROM t;
-SELECT is(pg_temp.refusal($$SELECT compute.device_set_layout(device, 'mig:7g.141gb@0', '2029-12-31 23:00+00') FROM t$$),
+SELECT is(pgtap_fixtures.refusal($$SELECT compute.device_set_layout(device, 'mig:7g.141gb@0', '2029-12-31 23:00+00') FROM t$$),
           'BC400: Omit the time to change now, or pass a future time.', 'a change cannot be scheduled in the past');
-SELECT is(pg_temp.refusal($$SELECT compute.device_set_layout(device, 'whole', '2030-01-01 02:00+00') FROM t$$),
+SELECT is(pgtap_fixtures.refusal($$SELECT compute.device_set_layout(device, 'whole', '2030-01-01 02:00+00') FROM t$$),
           'no error', 'a change that keeps the booked atom (whole to whole) is not blocked');
 
 -- The second reservation released (cancelled: it had not started), the change at 03:00 goes through.
 SELECT is(compute.reservation_release(second) ->> 'state', 'cancelled', 'the second reservation cancelled') FROM t;
-SELECT is(pg_temp.refusal($$SELECT compute.device_set_layout(device, 'mig:3g.71gb@0,3g.71gb@4', '2030-01-01 03:00+00') FROM t$$),
+SELECT is(pgtap_fixtures.refusal($$SELECT compute.device_set_layout(device, 'mig:3g.71gb@0,3g.71gb@4', '2030-01-01 03:00+00') FROM t$$),
           'no error', 'the change scheduled when the first booking ends is allowed');
 SELECT results_eq(
     $$SELECT a.shape, a.slices, a.valid FROM compute.atoms AS a, t WHERE a.device_id = t.device ORDER BY lower(a.valid), a.slices$$,
@@ -63,17 +50,17 @@ SELECT is((SELECT layout || ' since ' || layout_since FROM compute.devices AS d,
 -- A released booking no longer blocks: release the first at 01:30 and move the change to then.
 SELECT compute.clock_advance('90 minutes', true);
 SELECT is(compute.reservation_release(first) ->> 'state', 'released', 'the first reservation released at 01:30') FROM t;
-SELECT is(pg_temp.refusal($$SELECT compute.device_set_layout(device, 'mig:3g.71gb@0,3g.71gb@4', '2030-01-01 01:30+00') FROM t$$),
+SELECT is(pgtap_fixtures.refusal($$SELECT compute.device_set_layout(device, 'mig:3g.71gb@0,3g.71gb@4', '2030-01-01 01:30+00') FROM t$$),
           'no error', 'the change can now start at 01:30');
 
 -- The table's own guarantee: shrinking a booked atom's validity under its booking is refused.
 UPDATE t SET first = (pgtap_fixtures.book(t.pool, 'mig:3g.71gb', 1, '2030-01-01 04:00+00', '2030-01-01 05:00+00')
                       ->> 'reservation_id')::uuid;
-SELECT is(pg_temp.refusal($$UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), '2030-01-01 04:30+00')
+SELECT is(pgtap_fixtures.refusal($$UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), '2030-01-01 04:30+00')
                              FROM compute.bookings AS b, t WHERE b.reservation_id = t.first AND a.atom_id = b.atom_id$$),
           format('BC409: Release or wait for reservations %s first.', first),
           'an atom cannot end under a live booking, even by direct UPDATE') FROM t;
-SELECT is(pg_temp.refusal($$DELETE FROM compute.atoms AS a USING compute.bookings AS b, t
+SELECT is(pgtap_fixtures.refusal($$DELETE FROM compute.atoms AS a USING compute.bookings AS b, t
                              WHERE b.reservation_id = t.first AND a.atom_id = b.atom_id$$),
           format('BC409: Release or wait for reservations %s first.', first),
           'nor be deleted') FROM t;

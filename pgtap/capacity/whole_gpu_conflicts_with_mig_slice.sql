@@ -12,23 +12,11 @@ UPDATE t SET device = (SELECT d.device_id FROM compute.devices AS d WHERE d.node
 SELECT compute.device_set_layout(device, 'mig:3g.71gb@0,3g.71gb@4', '2030-01-01 12:00+00') FROM t;
 
 -- Through compute.reserve: a window across the change fits neither the GPU nor its instances.
-CREATE FUNCTION pg_temp.refusal(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_state text;
-    v_hint  text;
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_hint = PG_EXCEPTION_HINT;
-    RETURN v_state || ': ' || v_hint;
-END
-$$;
-SELECT matches(pg_temp.refusal($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FROM t), 'gpu', 1,
+SELECT matches(pgtap_fixtures.refusal($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FROM t), 'gpu', 1,
                                                         '2030-01-01 10:00+00', '2030-01-01 14:00+00'))$$),
                '^BC409: Only 0 atoms of shape gpu are schedulable for the whole window \(1 more',
                'a whole GPU cannot be reserved across the change to MIG (CAPACITY_CONFLICT)');
-SELECT matches(pg_temp.refusal($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FROM t), 'mig:3g.71gb', 1,
+SELECT matches(pgtap_fixtures.refusal($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FROM t), 'mig:3g.71gb', 1,
                                                         '2030-01-01 10:00+00', '2030-01-01 14:00+00'))$$),
                '^BC409: Only 0 atoms of shape mig:3g.71gb are schedulable for the whole window \(2 more',
                'a MIG instance cannot be reserved across the change either: the GPU is whole before it');

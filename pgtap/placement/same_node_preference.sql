@@ -13,25 +13,12 @@ CREATE FUNCTION pg_temp.nodes_of(p_doc jsonb) RETURNS integer[] LANGUAGE sql AS 
       JOIN compute.devices AS d ON d.uuid = b ->> 'device_uuid'
       JOIN compute.nodes AS n ON n.node_id = d.node_id
 $$;
-CREATE FUNCTION pg_temp.refusal(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_state text;
-    v_hint  text;
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_hint = PG_EXCEPTION_HINT;
-    RETURN v_state || ': ' || v_hint;
-END
-$$;
-
 -- 01:00-02:00, node 1 has one GPU booked.
 SELECT is(pg_temp.nodes_of(pgtap_fixtures.book(pool, 'gpu', 1, '2030-01-01 01:00+00', '2030-01-01 02:00+00')), ARRAY[1],
           'one GPU: node 1 (pack, pool order)') FROM t;
 SELECT is(pg_temp.nodes_of(pgtap_fixtures.book(pool, 'gpu', 2, '2030-01-01 01:00+00', '2030-01-01 02:00+00')), ARRAY[2, 2],
           'two GPUs land together on node 2 rather than across the free GPU of node 1 and another') FROM t;
-SELECT is(pg_temp.refusal($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FROM t), 'gpu', 3, '2030-01-01 01:00+00',
+SELECT is(pgtap_fixtures.refusal($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FROM t), 'gpu', 3, '2030-01-01 01:00+00',
                                                    '2030-01-01 02:00+00', '{"same_node": true}'))$$),
           'BC409: No single node has 3 free atoms of shape gpu for the window (at most 2 on one node); drop same_node or ask for fewer.',
           'same_node with three GPUs: CAPACITY_CONFLICT, no node has three');
@@ -39,7 +26,7 @@ SELECT is(pg_temp.nodes_of(pgtap_fixtures.book(pool, 'gpu', 2, '2030-01-01 01:00
           ARRAY[3, 3], 'same_node with two GPUs: node 3') FROM t;
 SELECT is(pg_temp.nodes_of(pgtap_fixtures.book(pool, 'gpu', 2, '2030-01-01 01:00+00', '2030-01-01 02:00+00', '{"same_node": true}')),
           ARRAY[4, 4], 'and again: node 4') FROM t;
-SELECT is(pg_temp.refusal($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FROM t), 'gpu', 2, '2030-01-01 01:00+00',
+SELECT is(pgtap_fixtures.refusal($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FROM t), 'gpu', 2, '2030-01-01 01:00+00',
                                                    '2030-01-01 02:00+00', '{"same_node": true}'))$$),
           'BC409: All busy: only 1 of 8 schedulable atoms of shape gpu are free for the whole window; compute.capacity_earliest finds the next window.',
           'two GPUs once only one is free (on node 1): all busy');

@@ -7,20 +7,8 @@ SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 CREATE TEMP TABLE t ON COMMIT DROP AS SELECT pgtap_fixtures.fleet('pack', 2, 2) AS pool;
 SELECT compute.quota_set('00000000-0000-0000-0000-000000000001', NULL, pool, NULL, 10) IS NOT NULL FROM t;
-CREATE FUNCTION pg_temp.refusal(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_state text;
-    v_hint  text;
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_hint = PG_EXCEPTION_HINT;
-    RETURN v_state || ': ' || v_hint;
-END
-$$;
 CREATE FUNCTION pg_temp.book(p_shape text, p_count integer, p_start timestamptz, p_end timestamptz) RETURNS text LANGUAGE sql AS $$
-    SELECT pg_temp.refusal(format('SELECT pgtap_fixtures.book(%L, %L, %s, %L, %L)', (SELECT pool FROM t), p_shape, p_count, p_start, p_end))
+    SELECT pgtap_fixtures.refusal(format('SELECT pgtap_fixtures.book(%L, %L, %s, %L, %L)', (SELECT pool FROM t), p_shape, p_count, p_start, p_end))
 $$;
 
 -- 4 GPU-hours on the 20th and 6 on the 25th: all ten of January's, booked in advance.

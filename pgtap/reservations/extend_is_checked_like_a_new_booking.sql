@@ -10,20 +10,8 @@ ALTER TABLE t ADD COLUMN first uuid, ADD COLUMN second uuid;
 UPDATE t SET first = (pgtap_fixtures.book(pool, 'gpu', 1, '2030-01-01 01:00+00', '2030-01-01 02:00+00') ->> 'reservation_id')::uuid,
              second = (pgtap_fixtures.book(pool, 'gpu', 1, '2030-01-01 03:00+00', '2030-01-01 04:00+00') ->> 'reservation_id')::uuid;
 SELECT compute.quota_set('00000000-0000-0000-0000-000000000001', NULL, pool, NULL, 4) IS NOT NULL FROM t;
-CREATE FUNCTION pg_temp.refusal(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_state text;
-    v_hint  text;
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_hint = PG_EXCEPTION_HINT;
-    RETURN v_state || ': ' || v_hint;
-END
-$$;
 CREATE FUNCTION pg_temp.extend(p_which text, p_end timestamptz) RETURNS text LANGUAGE sql AS $$
-    SELECT pg_temp.refusal(format('SELECT compute.reservation_extend(%L, %L)',
+    SELECT pgtap_fixtures.refusal(format('SELECT compute.reservation_extend(%L, %L)',
                                   (SELECT CASE p_which WHEN 'first' THEN first ELSE second END FROM t), p_end))
 $$;
 CREATE FUNCTION pg_temp.windows() RETURNS text LANGUAGE sql AS $$

@@ -9,29 +9,16 @@ CREATE TEMP TABLE t ON COMMIT DROP AS SELECT pgtap_fixtures.fleet('pack', 1, 2) 
 ALTER TABLE t ADD COLUMN request jsonb, ADD COLUMN first jsonb;
 UPDATE t SET request = pgtap_fixtures.request(pool, 'gpu', 1, '2030-01-01 01:00+00', '2030-01-01 02:00+00', '{"idempotency_key": "job-42"}');
 UPDATE t SET first = compute.reserve(request);
-CREATE FUNCTION pg_temp.refusal(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_state text;
-    v_hint  text;
-BEGIN
-    EXECUTE p_sql;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_hint = PG_EXCEPTION_HINT;
-    RETURN v_state || ': ' || v_hint;
-END
-$$;
-
 SELECT is(compute.reserve(request), first, 'the same request and key replay the same answer') FROM t;
 SELECT is(compute.reserve(request || jsonb_build_object('start', '2030-01-01T01:00:00Z', 'end', '2030-01-01T03:00:00+01:00')) ->> 'reservation_id',
           first ->> 'reservation_id', 'the same instants written another way are the same request') FROM t;
 SELECT is((SELECT count(*)::integer FROM compute.reservations AS r, t WHERE r.pool_id = t.pool), 1, 'one reservation');
 SELECT is((SELECT count(*)::integer FROM compute.bookings AS b, t WHERE b.pool_id = t.pool), 1, 'holding one booking');
 
-SELECT is(pg_temp.refusal(format('SELECT compute.reserve(%L)', request || '{"count": 2}')),
+SELECT is(pgtap_fixtures.refusal(format('SELECT compute.reserve(%L)', request || '{"count": 2}')),
           format('BC422: Use a new key for a new request; the key belongs to reservation %s.', first ->> 'reservation_id'),
           'the same key for two GPUs is IDEMPOTENCY_MISMATCH') FROM t;
-SELECT is(pg_temp.refusal(format('SELECT compute.reserve(%L)', request || '{"end": "2030-01-01T02:00:01Z"}')),
+SELECT is(pgtap_fixtures.refusal(format('SELECT compute.reserve(%L)', request || '{"end": "2030-01-01T02:00:01Z"}')),
           format('BC422: Use a new key for a new request; the key belongs to reservation %s.', first ->> 'reservation_id'),
           'so is the same key for a window one second longer') FROM t;
 
