@@ -83,10 +83,7 @@ AS $$
 DECLARE
     v_site_id uuid;
 BEGIN
-    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid site name %L', p_name),
-            'Use 1-63 characters: lower-case letters, digits, ".", "_" or "-", starting with a letter or digit.');
-    END IF;
+    PERFORM compute.require_name('site', p_name);
     INSERT INTO compute.sites (site_id, name, created_at)
     VALUES (pg_catalog.gen_random_uuid(), p_name, compute.compute_now())
     ON CONFLICT (name) DO NOTHING
@@ -107,10 +104,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM compute.sites AS s WHERE s.site_id = p_site_id) THEN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no site %s', p_site_id), 'Create the site first.');
     END IF;
-    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid pool name %L', p_name),
-            'Use 1-63 characters: lower-case letters, digits, ".", "_" or "-", starting with a letter or digit.');
-    END IF;
+    PERFORM compute.require_name('pool', p_name);
     IF p_gpu_model IS NULL OR length(p_gpu_model) NOT BETWEEN 1 AND 200 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a pool needs its GPU model',
             'Pass the model exactly as the GPUs report it, e.g. NVIDIA H200.');

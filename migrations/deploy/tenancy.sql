@@ -24,6 +24,21 @@ CREATE TABLE compute.projects (
 );
 COMMENT ON TABLE compute.projects IS 'A project inside a tenant; quotas and reservations may name one.';
 
+CREATE FUNCTION compute.require_name(p_what text, p_name text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    -- The one rule for names of projects, sites and pools (their tables CHECK the same pattern).
+    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid %s name %L', p_what, p_name),
+            'Use 1-63 characters: lower-case letters, digits, ".", "_" or "-", starting with a letter or digit.');
+    END IF;
+    RETURN p_name;
+END
+$$;
+COMMENT ON FUNCTION compute.require_name(text, text) IS 'The name, or INVALID_ARGUMENT unless it is 1-63 lower-case letters, digits, ".", "_", "-".';
+
 CREATE FUNCTION compute.tenant_ensure(p_tenant_id uuid, p_name text DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
@@ -54,10 +69,7 @@ DECLARE
     v_project_id uuid;
 BEGIN
     PERFORM compute.tenant_ensure(p_tenant_id);
-    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid project name %L', p_name),
-            'Use 1-63 characters: lower-case letters, digits, ".", "_" or "-", starting with a letter or digit.');
-    END IF;
+    PERFORM compute.require_name('project', p_name);
     INSERT INTO compute.projects (project_id, tenant_id, name, created_at)
     VALUES (pg_catalog.gen_random_uuid(), p_tenant_id, p_name, compute.compute_now())
     ON CONFLICT (tenant_id, name) DO NOTHING
