@@ -23,25 +23,31 @@ CREATE TYPE compute.placement_candidate AS (
     slot         integer
 );
 
+-- The helpers below are PL/pgSQL because a SQL function holding a subquery is not inlined and is
+-- planned again on every call; PL/pgSQL keeps its plans for the session.
 CREATE FUNCTION compute.atom_is_free(p_atom compute.atoms, p_during tstzrange)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT NOT EXISTS (
+BEGIN
+    RETURN NOT EXISTS (
         SELECT 1 FROM compute.bookings AS b
          WHERE b.site_id = p_atom.site_id AND b.device_id = p_atom.device_id
            AND b.slices && p_atom.slices AND b.shares && p_atom.shares AND b.during && p_during
-           AND b.state IN ('provisional', 'active'))
+           AND b.state IN ('provisional', 'active'));
+END
 $$;
 COMMENT ON FUNCTION compute.atom_is_free(compute.atoms, tstzrange) IS 'No live booking overlaps the atom''s slices and shares during the window.';
 
 CREATE FUNCTION compute.atom_is_schedulable(p_atom compute.atoms, p_during tstzrange)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT p_atom.valid @> p_during
+BEGIN
+    RETURN p_atom.valid @> p_during
        AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_atom.node_id)
-       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present)
+       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present);
+END
 $$;
 COMMENT ON FUNCTION compute.atom_is_schedulable(compute.atoms, tstzrange) IS 'Valid for the whole window, on a present GPU of a node without flags.';
 
@@ -101,9 +107,10 @@ COMMENT ON FUNCTION compute.place_candidates(uuid, text, tstzrange, boolean, uui
 CREATE FUNCTION compute.place_choose(p_candidates compute.placement_candidate[], p_count integer, p_during tstzrange,
                                      p_pack boolean, p_same_node boolean)
 RETURNS uuid[]
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    WITH c AS (
+BEGIN
+    RETURN (WITH c AS (
         SELECT x.*,
                CASE WHEN p_count > 1   -- NVLink peers matter only to multi-atom requests
                     THEN (SELECT count(*) FROM pg_catalog.unnest(p_candidates) AS y
@@ -131,7 +138,8 @@ AS $$
         WHEN (SELECT count(*) FROM picked WHERE k <= p_count) < p_count THEN NULL
         WHEN p_same_node AND (SELECT max(node_order) FROM picked WHERE k <= p_count) > 1 THEN NULL
         ELSE (SELECT pg_catalog.array_agg(atom_id ORDER BY k) FROM picked WHERE k <= p_count)
-    END
+    END);
+END
 $$;
 COMMENT ON FUNCTION compute.place_choose(compute.placement_candidate[], integer, tstzrange, boolean, boolean) IS
     'Step 2 of placement: the atoms to take, or NULL when the candidates cannot meet the request.';

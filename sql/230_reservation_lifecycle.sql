@@ -55,11 +55,13 @@ COMMENT ON FUNCTION compute.request_timestamp(jsonb, text, boolean) IS 'A time f
 
 CREATE FUNCTION compute.atom_cdi_name(p_atom_id uuid)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    -- The CDI device name a node exposes for an atom (kind nvidia.com/gpu): a whole GPU or slot by
-    -- the GPU's uuid, a MIG instance by its MIG uuid when the inventory reports one, else GPU:placement.
-    SELECT 'nvidia.com/gpu=' || CASE a.kind
+-- The CDI device name a node exposes for an atom (kind nvidia.com/gpu): a whole GPU or slot by
+-- the GPU's uuid, a MIG instance by its MIG uuid when the inventory reports one, else GPU:placement.
+-- (PL/pgSQL, like the other per-reservation helpers: its plan is kept instead of made per call.)
+BEGIN
+    RETURN (SELECT 'nvidia.com/gpu=' || CASE a.kind
         WHEN 'mig' THEN coalesce(
             (SELECT i ->> 'uuid'
                FROM compute.nodes AS n, pg_catalog.jsonb_array_elements(n.inventory -> 'devices') AS dev,
@@ -69,20 +71,24 @@ AS $$
             d.index || ':' || a.placement)
         ELSE d.uuid END
       FROM compute.atoms AS a JOIN compute.devices AS d ON d.device_id = a.device_id
-     WHERE a.atom_id = p_atom_id
+     WHERE a.atom_id = p_atom_id);
+END
 $$;
 COMMENT ON FUNCTION compute.atom_cdi_name(uuid) IS 'CDI device name of an atom (nvidia.com/gpu=...).';
 
 CREATE FUNCTION compute.reservation_document(p_reservation_id uuid)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT pg_catalog.jsonb_build_object(
+DECLARE
+    v_now timestamptz := compute.compute_now();
+BEGIN
+    RETURN (SELECT pg_catalog.jsonb_build_object(
         'reservation_id', r.reservation_id, 'tenant_id', r.tenant_id, 'project_id', r.project_id,
         'pool_id', r.pool_id, 'shape', r.shape, 'count', r.count, 'state', r.state,
         'phase', CASE WHEN r.state NOT IN ('provisional', 'active') THEN 'ended'
-                      WHEN upper(r.during) <= compute.compute_now() THEN 'ended'
-                      WHEN lower(r.during) > compute.compute_now() THEN 'upcoming' ELSE 'running' END,
+                      WHEN upper(r.during) <= v_now THEN 'ended'
+                      WHEN lower(r.during) > v_now THEN 'upcoming' ELSE 'running' END,
         'start', lower(r.during), 'end', upper(r.during), 'same_node', r.same_node,
         'expires_at', r.expires_at, 'hold_until', r.hold_until, 'created_at', r.created_at,
         'ended_at', r.ended_at, 'end_reason', r.end_reason,
@@ -98,7 +104,8 @@ AS $$
               JOIN compute.nodes AS n ON n.node_id = b.node_id
              WHERE b.reservation_id = r.reservation_id), '[]'))
       FROM compute.reservations AS r
-     WHERE r.reservation_id = p_reservation_id
+     WHERE r.reservation_id = p_reservation_id);
+END
 $$;
 COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (DESIGN §17).';
 

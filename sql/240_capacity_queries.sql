@@ -13,17 +13,15 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM compute.pools AS p WHERE p.pool_id = p_pool_id) THEN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id), 'Pass an existing pool.');
     END IF;
-    -- Busy atoms come from the bookings that overlap the window (one index scan of the live
-    -- bookings of the pool), then the schedulable atoms of the shape minus those, hashed: no
-    -- per-atom probe and no per-atom function call (the checks of compute.atom_is_schedulable are
-    -- spelled out for that reason).
+    -- The live bookings of the pool that overlap the window (one index scan), then the schedulable
+    -- atoms of the shape with none of those on their slices and shares, as a hash anti-join on the
+    -- device: no per-atom or per-booking index probe, no per-atom function call (the checks of
+    -- compute.atom_is_schedulable are spelled out for that reason).
     RETURN QUERY
     WITH busy AS MATERIALIZED (
-        SELECT DISTINCT a.atom_id
+        SELECT b.device_id, b.slices, b.shares
           FROM compute.bookings AS b
-          JOIN compute.atoms AS a ON a.device_id = b.device_id AND a.slices && b.slices AND a.shares && b.shares
          WHERE b.pool_id = p_pool_id AND b.state IN ('provisional', 'active') AND b.during && tstzrange(p_start, p_end)
-           AND a.shape = p_shape
     ), free AS (
         SELECT a.node_id, a.atom_id, a.device_index, a.slices, a.slot
           FROM compute.atoms AS a
@@ -31,7 +29,8 @@ BEGIN
            AND lower(a.valid) <= p_start AND (upper_inf(a.valid) OR upper(a.valid) >= p_end)
            AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
            AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
-           AND NOT EXISTS (SELECT 1 FROM busy WHERE busy.atom_id = a.atom_id)
+           AND NOT EXISTS (SELECT 1 FROM busy
+                            WHERE busy.device_id = a.device_id AND busy.slices && a.slices AND busy.shares && a.shares)
     ), per_node AS (
         SELECT f.node_id, count(*)::integer AS free_atoms,
                pg_catalog.array_agg(f.atom_id ORDER BY f.device_index, f.slices, f.slot) AS atom_ids

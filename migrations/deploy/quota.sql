@@ -18,12 +18,11 @@ CREATE FUNCTION compute.month_hours(p_during tstzrange, p_month_start timestampt
 RETURNS numeric
 LANGUAGE sql IMMUTABLE
 AS $$
-    -- Hours of p_during inside the calendar month starting at p_month_start (UTC).
-    SELECT coalesce(extract(epoch FROM upper(r) - lower(r)) / 3600, 0)
-      FROM (SELECT p_during * tstzrange(p_month_start, (p_month_start AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC') AS r) AS x
-     WHERE NOT isempty(r)
-    UNION ALL SELECT 0
-    LIMIT 1
+    -- Hours of p_during inside the calendar month starting at p_month_start (UTC); one expression
+    -- (an empty intersection has NULL bounds), so the planner inlines it.
+    SELECT coalesce(extract(epoch FROM
+               upper(p_during * tstzrange(p_month_start, (p_month_start AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC'))
+             - lower(p_during * tstzrange(p_month_start, (p_month_start AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC'))) / 3600, 0)
 $$;
 COMMENT ON FUNCTION compute.month_hours(tstzrange, timestamptz) IS 'Hours of a window inside one UTC calendar month.';
 
