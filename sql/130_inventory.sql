@@ -99,7 +99,7 @@ CREATE FUNCTION compute.node_register(p_pool_id uuid, p_name text, p_inventory j
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
--- Lock order: the pool (FOR SHARE), the node (FOR UPDATE), then its devices.
+-- Lock order: the node (FOR UPDATE), then its devices.
 DECLARE
     v_pool    compute.pools;
     v_node    compute.nodes;
@@ -111,10 +111,7 @@ DECLARE
 BEGIN
     -- Validate the document and the pool's GPU model.
     PERFORM compute.inventory_validate(p_inventory);
-    SELECT * INTO v_pool FROM compute.pools AS p WHERE p.pool_id = p_pool_id FOR SHARE;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id), 'Register the node into an existing pool.');
-    END IF;
+    v_pool := compute.pool_get(p_pool_id);
     IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid node name %L', p_name),
             'Use the host name: letters, digits, ".", "_" or "-".');

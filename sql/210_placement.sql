@@ -187,10 +187,7 @@ DECLARE
     v_locked     uuid[];
     v_attempt    integer;
 BEGIN
-    SELECT p.placement_policy = 'pack' INTO v_pack FROM compute.pools AS p WHERE p.pool_id = p_pool_id;
-    IF v_pack IS NULL THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id), 'Pass an existing pool.');
-    END IF;
+    v_pack := (compute.pool_get(p_pool_id)).placement_policy = 'pack';
     FOR v_attempt IN 1..3 LOOP
         -- 1-2. candidates and choice.
         -- Spread order (GPU index across nodes) suits single atoms; a multi-atom request needs

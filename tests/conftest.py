@@ -15,6 +15,7 @@ from pytest_postgresql import factories
 from pytest_postgresql.executors import NoopExecutor
 
 from better_compute import embedded, migrate
+from better_compute.db import Database
 
 
 @pytest.fixture(scope="session")
@@ -83,3 +84,12 @@ def empty_database(pg_server: embedded.Cluster) -> Iterator[Callable[[], str]]:
     with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as conn:
         for name in made:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def wdb(db_dsn: str) -> Iterator[Database]:
+    """A worker's pool on the test database, as role bc_worker (see tests/worker_support.py)."""
+    from worker_support import worker_database
+
+    with worker_database(db_dsn) as database:
+        yield database

@@ -7,7 +7,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -23,7 +23,7 @@ from better_compute.webhooks import (
     signature,
     verify_signature,
 )
-from worker_support import Receiver, Received, Reply, running_worker, sender_for, standard_handlers, wait_until, worker_database
+from worker_support import Receiver, Received, Reply, running_worker, sender_for, standard_handlers, wait_until
 
 SECRET = "a-webhook-secret-of-32-characters"
 TOLERANCE_SECONDS = 300
@@ -35,12 +35,6 @@ def pg(db: psycopg.Connection) -> psycopg.Connection:
     db.autocommit = True
     db.execute("UPDATE compute.limits SET value = 1 WHERE name = 'webhook_backoff_base_seconds'")
     return db
-
-
-@pytest.fixture
-def wdb(db_dsn: str) -> Iterator[Database]:
-    with worker_database(db_dsn) as database:
-        yield database
 
 
 def webhook(pg: psycopg.Connection, url: str) -> uuid.UUID:

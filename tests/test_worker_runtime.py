@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -34,12 +33,6 @@ def queue_only(pg: psycopg.Connection) -> psycopg.Connection:
     """No periodic kinds: only the items a test pokes are in the queue."""
     pg.execute("DELETE FROM compute.work_periodic")
     return pg
-
-
-@pytest.fixture
-def wdb(db_dsn: str) -> Iterator[Database]:
-    with worker_database(db_dsn) as database:
-        yield database
 
 
 def poke(pg: psycopg.Connection, kind: str, key: str) -> int:

@@ -15,9 +15,7 @@ BEGIN
     IF p_start IS NULL OR p_end IS NULL OR p_end <= p_start THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'capacity_free needs a window with start < end', 'Pass start and end.');
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM compute.pools AS p WHERE p.pool_id = p_pool_id) THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id), 'Pass an existing pool.');
-    END IF;
+    PERFORM compute.pool_get(p_pool_id);
     -- The live bookings of the pool that overlap the window (one index scan), then the schedulable
     -- atoms of the shape with none of those on their slices and shares, as a hash anti-join on the
     -- device: no per-atom or per-booking index probe, no per-atom function call (the checks of

@@ -81,6 +81,39 @@ CREATE INDEX devices_absent ON compute.devices (device_id) WHERE NOT present;
 COMMENT ON TABLE compute.devices IS 'A physical GPU. layout (whole | timeslice:N | mig:profile@placement,...) decides its atoms; present=false when the last inventory lacked it.';
 COMMENT ON COLUMN compute.devices.mig_profiles IS 'MIG profiles as the GPU reports them: name, id, slices (memory slices of 8), memory_mib, sm, placements.';
 
+CREATE FUNCTION compute.pool_get(p_pool_id uuid)
+RETURNS compute.pools
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_pool compute.pools;
+BEGIN
+    SELECT * INTO v_pool FROM compute.pools AS p WHERE p.pool_id = p_pool_id;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id),
+            'List the pools in ops.pool_capacity, or create one with compute.pool_create.');
+    END IF;
+    RETURN v_pool;
+END
+$$;
+COMMENT ON FUNCTION compute.pool_get(uuid) IS 'The pool, or NOT_FOUND.';
+
+CREATE FUNCTION compute.node_get(p_node_id uuid)
+RETURNS compute.nodes
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_node compute.nodes;
+BEGIN
+    SELECT * INTO v_node FROM compute.nodes AS n WHERE n.node_id = p_node_id;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no node %s', p_node_id), 'List the nodes in ops.nodes.');
+    END IF;
+    RETURN v_node;
+END
+$$;
+COMMENT ON FUNCTION compute.node_get(uuid) IS 'The node, or NOT_FOUND.';
+
 CREATE FUNCTION compute.site_create(p_name text)
 RETURNS uuid
 LANGUAGE plpgsql

@@ -145,11 +145,7 @@ BEGIN
     END IF;
     v_tenant_id := compute.request_field(p_request, 'tenant_id', 'uuid', true) #>> '{}';
     v_project_id := compute.request_field(p_request, 'project_id', 'uuid', false) #>> '{}';
-    SELECT * INTO v_pool FROM compute.pools AS p
-     WHERE p.pool_id = (compute.request_field(p_request, 'pool_id', 'uuid', true) #>> '{}')::uuid;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_request ->> 'pool_id'), 'List the pools you may use.');
-    END IF;
+    v_pool := compute.pool_get((compute.request_field(p_request, 'pool_id', 'uuid', true) #>> '{}')::uuid);
     v_shape := compute.request_field(p_request, 'shape', 'string', true) #>> '{}';
     v_count := coalesce(compute.request_field(p_request, 'count', 'integer', false)::integer, 1);
     v_start := coalesce(compute.request_timestamp(p_request, 'start', false), v_now);
