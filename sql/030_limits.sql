@@ -42,7 +42,12 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('webhooks_per_tenant',              20, 'count',   'Webhook subscriptions of one tenant.'),
     ('usage_export_batch',              500, 'count',   'Usage windows one export sends.'),
     ('webhook_delivery_batch',          100, 'count',   'Deliveries of one webhook one run sends.'),
-    ('work_done_retention_seconds',   86400, 'seconds', 'How long done work items are kept (1 day).');
+    ('work_done_retention_seconds',   86400, 'seconds', 'How long done work items are kept (1 day).'),
+    ('admission_seconds',                60, 'seconds', 'How long an admission waits for its IAM decision before it is voided.'),
+    ('admission_retention_seconds',   86400, 'seconds', 'How long decided admissions are kept for idempotent replays (1 day).'),
+    ('api_list_rows',                  1000, 'count',   'Rows one API list answers.'),
+    ('join_token_ttl_seconds',         3600, 'seconds', 'Default lifetime of a join token.'),
+    ('join_token_ttl_seconds_max',   604800, 'seconds', 'Longest lifetime of a join token (7 days).');
 
 CREATE FUNCTION compute.limit(p_name text)
 RETURNS bigint

@@ -56,7 +56,7 @@ END
 $$;
 COMMENT ON FUNCTION compute.tenant_ensure(uuid, text) IS 'Mirror a tenant (idempotent); renames when a name is given.';
 
-CREATE FUNCTION compute.project_create(p_tenant_id uuid, p_name text)
+CREATE FUNCTION compute.project_create(p_tenant_id uuid, p_name text, p_project_id uuid DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
@@ -66,7 +66,7 @@ BEGIN
     PERFORM compute.tenant_ensure(p_tenant_id);
     PERFORM compute.require_name('project', p_name);
     INSERT INTO compute.projects (project_id, tenant_id, name, created_at)
-    VALUES (pg_catalog.gen_random_uuid(), p_tenant_id, p_name, compute.compute_now())
+    VALUES (coalesce(p_project_id, pg_catalog.gen_random_uuid()), p_tenant_id, p_name, compute.compute_now())
     ON CONFLICT (tenant_id, name) DO NOTHING
     RETURNING project_id INTO v_project_id;
     IF v_project_id IS NULL THEN
@@ -75,4 +75,4 @@ BEGIN
     RETURN v_project_id;
 END
 $$;
-COMMENT ON FUNCTION compute.project_create(uuid, text) IS 'Create a project in a tenant, or return the existing one of that name.';
+COMMENT ON FUNCTION compute.project_create(uuid, text, uuid) IS 'Create a project in a tenant, or return the existing one of that name.';

@@ -8,10 +8,13 @@ SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.sites (
     site_id    uuid PRIMARY KEY,
-    name       text NOT NULL UNIQUE CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
-    created_at timestamptz NOT NULL
+    name       text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
+    created_at timestamptz NOT NULL,
+    tenant_id  uuid REFERENCES compute.tenants,
+    CONSTRAINT sites_tenant_id_name_key UNIQUE NULLS NOT DISTINCT (tenant_id, name)
 );
 COMMENT ON TABLE compute.sites IS 'A location or network domain.';
+COMMENT ON COLUMN compute.sites.tenant_id IS 'The tenant that owns the site, its pools and nodes; NULL: an operator''s site, reachable through ops only.';
 
 CREATE TABLE compute.pools (
     pool_id          uuid PRIMARY KEY,
@@ -109,7 +112,7 @@ END
 $$;
 COMMENT ON FUNCTION compute.node_get(uuid) IS 'The node, or NOT_FOUND.';
 
-CREATE FUNCTION compute.site_create(p_name text)
+CREATE FUNCTION compute.site_create(p_name text, p_tenant_id uuid DEFAULT NULL, p_site_id uuid DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
@@ -117,16 +120,21 @@ DECLARE
     v_site_id uuid;
 BEGIN
     PERFORM compute.require_name('site', p_name);
-    INSERT INTO compute.sites (site_id, name, created_at)
-    VALUES (pg_catalog.gen_random_uuid(), p_name, compute.compute_now())
-    ON CONFLICT (name) DO NOTHING
+    IF p_tenant_id IS NOT NULL THEN
+        PERFORM compute.tenant_ensure(p_tenant_id);
+    END IF;
+    INSERT INTO compute.sites (site_id, name, created_at, tenant_id)
+    VALUES (coalesce(p_site_id, pg_catalog.gen_random_uuid()), p_name, compute.compute_now(), p_tenant_id)
+    ON CONFLICT (tenant_id, name) DO NOTHING
     RETURNING site_id INTO v_site_id;
-    RETURN coalesce(v_site_id, (SELECT s.site_id FROM compute.sites AS s WHERE s.name = p_name));
+    RETURN coalesce(v_site_id, (SELECT s.site_id FROM compute.sites AS s
+                                 WHERE s.name = p_name AND s.tenant_id IS NOT DISTINCT FROM p_tenant_id));
 END
 $$;
-COMMENT ON FUNCTION compute.site_create(text) IS 'Create a site, or return the existing one of that name.';
+COMMENT ON FUNCTION compute.site_create(text, uuid, uuid) IS 'Create a site (of a tenant, or an operator''s without one), or return the existing one of that name.';
 
-CREATE FUNCTION compute.pool_create(p_site_id uuid, p_name text, p_gpu_model text, p_placement_policy text DEFAULT 'pack')
+CREATE FUNCTION compute.pool_create(p_site_id uuid, p_name text, p_gpu_model text, p_placement_policy text DEFAULT 'pack',
+                                    p_pool_id uuid DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
@@ -153,10 +161,10 @@ BEGIN
             'A pool holds exactly one GPU model: choose another name for another model.');
     END IF;
     INSERT INTO compute.pools AS p (pool_id, site_id, name, gpu_model, placement_policy, created_at)
-    VALUES (pg_catalog.gen_random_uuid(), p_site_id, p_name, p_gpu_model, p_placement_policy, compute.compute_now())
+    VALUES (coalesce(p_pool_id, pg_catalog.gen_random_uuid()), p_site_id, p_name, p_gpu_model, p_placement_policy, compute.compute_now())
     ON CONFLICT (site_id, name) DO UPDATE SET placement_policy = EXCLUDED.placement_policy
     RETURNING p.pool_id INTO v_pool_id;
     RETURN v_pool_id;
 END
 $$;
-COMMENT ON FUNCTION compute.pool_create(uuid, text, text, text) IS 'Create a pool of one GPU model in a site (or change its placement policy).';
+COMMENT ON FUNCTION compute.pool_create(uuid, text, text, text, uuid) IS 'Create a pool of one GPU model in a site (or change its placement policy).';

@@ -31,7 +31,7 @@ CREATE TABLE compute.quotas (
 COMMENT ON TABLE compute.quotas IS 'Per tenant (project NULL) or project, per pool: max concurrent atoms and GPU-hours per calendar month; NULL = unlimited.';
 
 CREATE FUNCTION compute.offering_create(p_pool_id uuid, p_shape text, p_max_count integer, p_max_duration interval,
-                                        p_instance_kind text DEFAULT 'devices')
+                                        p_instance_kind text DEFAULT 'devices', p_offering_id uuid DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
@@ -58,14 +58,14 @@ BEGIN
             'Use devices, bare_metal or vps.');
     END IF;
     INSERT INTO compute.offerings AS o (offering_id, pool_id, shape, instance_kind, max_count, max_duration, created_at)
-    VALUES (pg_catalog.gen_random_uuid(), p_pool_id, p_shape, p_instance_kind, p_max_count, p_max_duration, compute.compute_now())
+    VALUES (coalesce(p_offering_id, pg_catalog.gen_random_uuid()), p_pool_id, p_shape, p_instance_kind, p_max_count, p_max_duration, compute.compute_now())
     ON CONFLICT (pool_id, shape, instance_kind)
         DO UPDATE SET max_count = EXCLUDED.max_count, max_duration = EXCLUDED.max_duration
     RETURNING o.offering_id INTO v_offering_id;
     RETURN v_offering_id;
 END
 $$;
-COMMENT ON FUNCTION compute.offering_create(uuid, text, integer, interval, text) IS 'Offer a shape in a pool (or change the limits of the offer).';
+COMMENT ON FUNCTION compute.offering_create(uuid, text, integer, interval, text, uuid) IS 'Offer a shape in a pool (or change the limits of the offer).';
 
 CREATE FUNCTION compute.quota_set(p_tenant_id uuid, p_project_id uuid, p_pool_id uuid, p_max_atoms integer,
                                   p_gpu_hours_per_month numeric)

@@ -42,12 +42,13 @@ COMMENT ON TABLE compute.webhook_deliveries IS 'One event to one subscription; t
 -- never takes an event that was never fanned out.
 INSERT INTO compute.outbox_cursors (consumer, updated_at) VALUES ('webhooks', '-infinity');
 
-CREATE FUNCTION compute.webhook_create(p_tenant_id uuid, p_url text, p_secret text, p_event_types text[] DEFAULT '{}')
+CREATE FUNCTION compute.webhook_create(p_tenant_id uuid, p_url text, p_secret text, p_event_types text[] DEFAULT '{}',
+                                       p_webhook_id uuid DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_webhook_id uuid := pg_catalog.gen_random_uuid();
+    v_webhook_id uuid := coalesce(p_webhook_id, pg_catalog.gen_random_uuid());
 BEGIN
     PERFORM compute.tenant_ensure(p_tenant_id);
     IF p_url IS NULL OR length(p_url) > 2000 OR p_url !~ '^https?://[^\s]+$' THEN
@@ -66,7 +67,7 @@ BEGIN
     RETURN v_webhook_id;
 END
 $$;
-COMMENT ON FUNCTION compute.webhook_create(uuid, text, text, text[]) IS 'Subscribe a tenant''s URL to its events.';
+COMMENT ON FUNCTION compute.webhook_create(uuid, text, text, text[], uuid) IS 'Subscribe a tenant''s URL to its events.';
 
 CREATE FUNCTION compute.webhook_matches(p_event_types text[], p_event_type text)
 RETURNS boolean

@@ -4,6 +4,6 @@ BEGIN;
 
 SELECT tenant_id, name, created_at FROM compute.tenants WHERE false;
 SELECT project_id, tenant_id, name FROM compute.projects WHERE false;
-SELECT 'compute.tenant_ensure(uuid, text)'::regprocedure, 'compute.project_create(uuid, text)'::regprocedure;
+SELECT 'compute.tenant_ensure(uuid, text)'::regprocedure, 'compute.project_create'::regproc;
 
 ROLLBACK;

@@ -35,6 +35,7 @@ def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: Audit
         "audit.checkpoint": sign_audit_checkpoints(db, signer),
         "work.prune": sweep(db, "worker_api.work_prune"),
         "reservations.expire": batched_sweep(db, "worker_api.reservations_expire"),
+        "admissions.expire": batched_sweep(db, "worker_api.admissions_expire"),
         "nodes.drains": sweep(db, "worker_api.node_drains_complete"),
         "outbox.fan_out": batched_sweep(db, "worker_api.webhooks_fan_out"),
         "outbox.prune": sweep(db, "worker_api.outbox_prune"),
