@@ -1,0 +1,44 @@
+-- Tenant isolation: every catalog method that names a resource or a parent, called by tenant B
+-- with tenant A's ids, is NOT_FOUND before IAM is asked, whatever the method. Lists of B show
+-- nothing of A.
+BEGIN;
+SELECT plan(2 + (SELECT count(*)::integer FROM api.methods WHERE resource_key IS NOT NULL OR parent_key IS NOT NULL));
+
+-- Tenant A owns one of everything.
+SELECT pgtap_fixtures.fleet('pack', 1, 2, false, pgtap_fixtures.tenant('A')) AS pool \gset
+CREATE TEMP TABLE a_ids (field text PRIMARY KEY, id text);
+INSERT INTO a_ids
+SELECT 'pool_id', :'pool' UNION ALL
+SELECT 'site_id', site_id::text FROM compute.pools WHERE pool_id = :'pool' UNION ALL
+SELECT 'node_id', min(node_id::text) FROM compute.nodes WHERE pool_id = :'pool' UNION ALL
+SELECT 'reservation_id', pgtap_fixtures.api('reservations.create', pgtap_fixtures.tenant('A'),
+    jsonb_build_object('pool_id', :'pool', 'shape', 'gpu', 'count', 1, 'end', now() + interval '1 hour')) #>> '{data,reservation_id}' UNION ALL
+SELECT 'token_id', pgtap_fixtures.api('joinTokens.create', pgtap_fixtures.tenant('A'), jsonb_build_object('pool_id', :'pool')) #>> '{data,token_id}' UNION ALL
+SELECT 'webhook_id', pgtap_fixtures.api('webhooks.create', pgtap_fixtures.tenant('A'),
+    '{"url": "https://a.example/hook", "secret": "0123456789abcdef"}') #>> '{data,webhook_id}';
+INSERT INTO a_ids SELECT 'event_id', max(event_id)::text FROM compute.audit_events WHERE tenant_id = pgtap_fixtures.tenant('A');
+
+-- A full input for each method, every id field filled with A's.
+CREATE TEMP TABLE probes AS
+SELECT m.method,
+       (SELECT jsonb_object_agg(f.key, CASE WHEN f.key = 'event_id' THEN to_jsonb(i.id::bigint) ELSE to_jsonb(i.id) END)
+          FROM jsonb_object_keys(m.input_schema -> 'properties') AS f(key) JOIN a_ids AS i ON i.field = f.key)
+       || jsonb_build_object('reason', 'probe', 'shape', 'gpu', 'count', 1, 'end', now() + interval '2 hours', 'name', 'probe', 'gpu_model', 'NVIDIA H200',
+                             'placement_policy', 'spread', 'max_count', 1, 'max_duration_seconds', 60, 'duration_seconds', 60)
+       AS input
+  FROM api.methods AS m WHERE m.resource_key IS NOT NULL OR m.parent_key IS NOT NULL;
+
+SELECT throws_ok(format('SELECT api.prepare(%L, %L, %L::jsonb - ARRAY(SELECT k FROM jsonb_object_keys(%L::jsonb) AS k
+                                                                         WHERE NOT %L::jsonb ? k))',
+                        p.method, pgtap_fixtures.tenant('B'), p.input, p.input, m.input_schema -> 'properties'),
+                 'BC404', NULL, p.method || ' with tenant A''s ids is NOT_FOUND for tenant B')
+  FROM probes AS p JOIN api.methods AS m USING (method) ORDER BY p.method;
+
+SELECT is((SELECT count(*) FROM api.methods AS m
+            WHERE m.kind = 'read' AND m.method LIKE '%.list' AND m.input_schema -> 'required' = '[]'
+              AND pgtap_fixtures.api(m.method, pgtap_fixtures.tenant('B'), '{}') -> 'data' NOT IN ('[]', '{"next": null, "events": []}')),
+          0::bigint, 'every list of tenant B is empty');
+SELECT is(pgtap_fixtures.api('capacity.rollup', pgtap_fixtures.tenant('B'), '{}') -> 'data', '[]', 'B''s rollup shows none of A''s pools');
+
+SELECT * FROM finish();
+ROLLBACK;
