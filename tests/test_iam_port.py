@@ -1,0 +1,500 @@
+"""The IAM port: the static adapter decides from its file (explicit deny wins, globs, tenants,
+strict loading), the Better IAM adapter against a real local server denies on every failure
+(timeout, error envelope, unknown or oversized answer, no server), and both fail initialize()
+on an action missing from the catalog (P11)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from better_compute.ports.iam import (
+    ANSWER_BYTES_MAX,
+    POLICY_FILE_BYTES_MAX,
+    AuthorizeRequest,
+    BetterIam,
+    Decision,
+    IamCatalogError,
+    IamConfigError,
+    IamUnavailableError,
+    StaticIam,
+)
+from iam_server import IamServer, StaticPrincipal, TokenPolicy, running_iam_server, statement, write_static_iam
+
+TENANT = "00000000-0000-4000-8000-000000000001"
+OTHER_TENANT = "00000000-0000-4000-8000-000000000002"
+RESERVATION = "7f1c1a52-2a55-4a7e-9d3f-0d6c7b1e9a10"
+POOL = "5b0f6c1e-8d2b-4e5f-a1c3-9e8d7f6a5b4c"
+SERVICE_TOKEN = "service-credential"
+ALICE = "alice-token"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # BetterIam bounds a request with asyncio.timeout
+
+
+def request(action: str = "compute:reservations:create", resource_type: str = "compute-reservation",
+            resource_id: str = RESERVATION, tenant: str = TENANT) -> AuthorizeRequest:
+    return AuthorizeRequest(tenant, action, resource_type, resource_id, {"count": 2, "shape": "1xH200"})
+
+
+def static_iam(tmp_path: Path, statements: Sequence[dict[str, Any]], actions: Sequence[str] | None = None,
+               hashed: bool = True) -> StaticIam:
+    """Alice of TENANT with the given statements, loaded from a written TOML file."""
+    path = write_static_iam(tmp_path / "iam.toml", [(ALICE, "user:alice", TENANT, statements)], actions, hashed)
+    return StaticIam.load(path)
+
+
+def write_json(path: Path, document: Any) -> Path:
+    path.write_text(json.dumps(document))
+    return path
+
+
+def alice_document(**changes: Any) -> dict[str, Any]:
+    """A valid static document of one principal, with top-level changes for the invalid cases."""
+    principal = {"principal": "user:alice", "tenant": TENANT, "token": ALICE,
+                 "statements": [statement("allow", ["compute:*"])]}
+    return {"principals": [principal], **changes}
+
+
+@asynccontextmanager
+async def better_iam(url: str, timeout: float = 2.0) -> AsyncIterator[BetterIam]:
+    port = BetterIam(url, SERVICE_TOKEN, timeout=timeout)
+    try:
+        yield port
+    finally:
+        await port.aclose()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound and released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- static ------------------------------------------------------------------------------------------
+
+@pytest.mark.anyio
+async def test_allow_statement_allows_and_names_principal_and_statement(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow", ["compute:reservations:*"], ["compute-reservation/*"])])
+    decision = await iam.authorize(ALICE, request())
+    assert decision == Decision(True, "allowed by statement 0", [
+        {"index": 0, "effect": "allow", "actions": ["compute:reservations:*"], "resources": ["compute-reservation/*"]}],
+        "user:alice")
+
+
+@pytest.mark.anyio
+async def test_explicit_deny_wins_over_allow(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow", ["compute:*"]),
+                                statement("deny", ["compute:reservations:create"]),
+                                statement("allow", ["compute:reservations:create"])])
+    decision = await iam.authorize(ALICE, request())
+    assert (decision.allowed, decision.reason) == (False, "explicit deny (statement 1)")
+    assert [matched["index"] for matched in decision.matched] == [0, 1, 2]
+    assert (await iam.authorize(ALICE, request("compute:reservations:release"))).allowed
+
+
+@pytest.mark.anyio
+async def test_no_matching_statement_is_a_deny(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow", ["compute:pools:*"])])
+    assert await iam.authorize(ALICE, request()) == Decision(False, "no statement allows", [], "user:alice")
+
+
+@pytest.mark.anyio
+async def test_unknown_or_missing_credential_is_denied(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow")])
+    assert await iam.authorize("mallory-token", request()) == Decision(False, "unknown credential", [], None)
+    assert await iam.authorize(None, request()) == Decision(False, "no credential", [], None)
+    assert (await iam.authorize("", request())).allowed is False
+
+
+@pytest.mark.anyio
+async def test_credential_of_another_tenant_is_denied(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow")])
+    decision = await iam.authorize(ALICE, request(tenant=OTHER_TENANT))
+    assert decision == Decision(False, f"credential is not of tenant {OTHER_TENANT}", [], "user:alice")
+    assert (await iam.authorize(ALICE, request(tenant="not-a-uuid"))).allowed is False
+
+
+@pytest.mark.anyio
+async def test_tenant_is_compared_as_a_uuid(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow")])
+    assert (await iam.authorize(ALICE, request(tenant=TENANT.upper()))).allowed
+
+
+@pytest.mark.anyio
+async def test_glob_on_resource(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow", ["compute:*"], ["compute-pool/*"]),
+                                statement("allow", ["compute:reservations:get"], [f"compute-reservation/{RESERVATION}"])])
+    assert (await iam.authorize(ALICE, request("compute:pools:get", "compute-pool", POOL))).allowed
+    assert (await iam.authorize(ALICE, request("compute:pools:list", "compute-pool", "*"))).allowed
+    assert not (await iam.authorize(ALICE, request("compute:reservations:create"))).allowed
+    assert (await iam.authorize(ALICE, request("compute:reservations:get"))).allowed
+    listing = await iam.authorize(ALICE, request("compute:reservations:get", resource_id="*"))
+    assert not listing.allowed, "a grant on one id is not a grant on the list"
+
+
+@pytest.mark.anyio
+async def test_glob_on_action_knows_star_and_question_mark(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow", ["compute:nodes:?ordon", "compute:*:list"])])
+    assert (await iam.authorize(ALICE, request("compute:nodes:cordon", "compute-node"))).allowed
+    assert (await iam.authorize(ALICE, request("compute:sites:list", "compute-site", "*"))).allowed
+    assert not (await iam.authorize(ALICE, request("compute:nodes:uncordon", "compute-node"))).allowed
+    assert not (await iam.authorize(ALICE, request("Compute:sites:list", "compute-site", "*"))).allowed
+
+
+@pytest.mark.anyio
+async def test_brackets_in_a_glob_are_literal(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow", ["compute:[a-z]*"])])
+    assert not (await iam.authorize(ALICE, request("compute:reservations:create"))).allowed
+    assert (await iam.authorize(ALICE, request("compute:[a-z]:odd"))).allowed
+
+
+@pytest.mark.anyio
+async def test_plain_token_works_for_demos(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow")], hashed=False)
+    assert "alice-token" in (tmp_path / "iam.toml").read_text()
+    assert (await iam.authorize(ALICE, request())).allowed
+    assert not (await iam.authorize(hashlib.sha256(ALICE.encode()).hexdigest(), request())).allowed
+
+
+def test_tenant_of_knows_static_credentials(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow")])
+    assert iam.tenant_of(ALICE) == TENANT
+    assert iam.tenant_of("mallory-token") is None
+    assert iam.tenant_of(None) is None
+
+
+@pytest.mark.anyio
+async def test_each_principal_is_found_by_its_own_token(tmp_path: Path) -> None:
+    path = write_static_iam(tmp_path / "iam.toml", [
+        StaticPrincipal(ALICE, "user:alice", TENANT, [statement("allow", ["compute:reservations:*"])]),
+        StaticPrincipal("bob-token", 'user:"bob" ünïcødé', OTHER_TENANT, [statement("allow", ["compute:pools:*"])]),
+    ])
+    iam = StaticIam.load(path)
+    bob = await iam.authorize("bob-token", request("compute:pools:get", "compute-pool", POOL, OTHER_TENANT))
+    assert (bob.allowed, bob.principal) == (True, 'user:"bob" ünïcødé')
+    assert not (await iam.authorize("bob-token", request(tenant=OTHER_TENANT))).allowed
+    assert iam.tenant_of("bob-token") == OTHER_TENANT
+
+
+@pytest.mark.anyio
+async def test_json_file_decides_like_toml(tmp_path: Path) -> None:
+    document = alice_document()
+    document["principals"][0]["statements"].append(statement("deny", ["compute:webhooks:*"]))
+    iam = StaticIam.load(write_json(tmp_path / "iam.json", document))
+    assert (await iam.authorize(ALICE, request())).allowed
+    assert not (await iam.authorize(ALICE, request("compute:webhooks:create", "compute-webhook"))).allowed
+
+
+@pytest.mark.anyio
+async def test_initialize_fails_on_missing_action_static(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow")], actions=["compute:sites:create", "compute:sites:list"])
+    await iam.initialize(["compute:sites:create", "compute:sites:list"])
+    with pytest.raises(IamCatalogError) as caught:
+        await iam.initialize(["compute:sites:list", "compute:sites:delete", "compute:sites:rename",
+                              "compute:sites:delete"])
+    assert caught.value.missing == ["compute:sites:delete", "compute:sites:rename"]
+    assert "compute:sites:delete, compute:sites:rename" in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_initialize_without_catalog_accepts_what_some_statement_matches(tmp_path: Path) -> None:
+    iam = static_iam(tmp_path, [statement("allow", ["compute:reservations:*"]), statement("deny", ["compute:nodes:drain"])])
+    await iam.initialize(["compute:reservations:create", "compute:nodes:drain"])
+    with pytest.raises(IamCatalogError) as caught:
+        await iam.initialize(["compute:reservations:create", "compute:nodes:cordon"])
+    assert caught.value.missing == ["compute:nodes:cordon"]
+
+
+@pytest.mark.parametrize(("document", "named"), [
+    ({"principals": []}, "principals: must be a non-empty list"),
+    (alice_document(extra=1), "top level: unknown key(s) extra"),
+    (alice_document(actions=["compute:a", ""]), "actions[1]: must be a non-empty string"),
+    ({"principals": [{"principal": "user:a", "tenant": TENANT, "statements": [statement("allow")]}]},
+     "principals[0]: needs token_sha256 or token"),
+    ({"principals": [{"principal": "user:a", "tenant": "acme", "token": "t", "statements": [statement("allow")]}]},
+     "principals[0].tenant: must be a uuid"),
+    ({"principals": [{"principal": "user:a", "tenant": TENANT, "token_sha256": "abc", "statements": [statement("allow")]}]},
+     "principals[0].token_sha256: must be 64 hex digits"),
+    ({"principals": [{"principal": "user:a", "tenant": TENANT, "token": "t", "token_sha256": "0" * 64,
+                      "statements": [statement("allow")]}]},
+     "principals[0]: token_sha256 is not the SHA-256 of token"),
+    ({"principals": [{"principal": "user:a", "tenant": TENANT, "token": "t",
+                      "statements": [statement("allow"), statement("permit")]}]},
+     "principals[0].statements[1].effect: must be 'allow' or 'deny'"),
+    ({"principals": [{"principal": "user:a", "tenant": TENANT, "token": "t",
+                      "statements": [{"effect": "allow", "actions": "compute:*", "resources": ["*"]}]}]},
+     "principals[0].statements[0].actions: must be a non-empty list"),
+    ({"principals": [{"principal": "user:a", "tenant": TENANT, "token": "t",
+                      "statements": [{"effect": "allow", "actions": ["*"], "resources": ["*"], "when": {}}]}]},
+     "principals[0].statements[0]: unknown key(s) when"),
+    ({"principals": [{"principal": "user:a", "tenant": TENANT, "token": "t", "statements": [statement("allow")]},
+                     {"principal": "user:b", "tenant": TENANT, "token": "t", "statements": [statement("allow")]}]},
+     "principals 'user:a' and 'user:b' have the same token"),
+])
+def test_invalid_file_names_the_bad_entry(tmp_path: Path, document: Any, named: str) -> None:
+    path = write_json(tmp_path / "iam.json", document)
+    with pytest.raises(IamConfigError) as caught:
+        StaticIam.load(path)
+    assert str(path) in str(caught.value) and named in str(caught.value)
+
+
+def test_unparseable_or_unknown_files_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text("[[principals]\n")
+    (tmp_path / "iam.yaml").write_text("principals: []\n")
+    for name in ("bad.toml", "iam.yaml", "absent.json"):
+        with pytest.raises(IamConfigError, match=name):
+            StaticIam.load(tmp_path / name)
+
+
+def test_file_over_size_bound_is_refused(tmp_path: Path) -> None:
+    document = alice_document()
+    document["principals"][0]["principal"] = "user:" + "a" * POLICY_FILE_BYTES_MAX
+    with pytest.raises(IamConfigError, match=f"larger than {POLICY_FILE_BYTES_MAX} bytes"):
+        StaticIam.load(write_json(tmp_path / "iam.json", document))
+
+
+def test_decision_and_request_in_json_are_what_sql_exchanges() -> None:
+    decision = Decision(True, "allowed by statement 0", [{"index": 0}], "user:alice")
+    assert decision.as_json() == {"allowed": True, "reason": "allowed by statement 0", "matched": [{"index": 0}],
+                                  "principal": "user:alice"}
+    prepared = {"tenantId": TENANT, "action": "compute:pools:get", "resource": {"type": "compute-pool", "id": POOL},
+                "attributes": {"site_id": "s"}}
+    assert AuthorizeRequest.from_json(prepared).as_json() == prepared
+    assert AuthorizeRequest.from_json(prepared).resource == f"compute-pool/{POOL}"
+
+
+# --- Better IAM --------------------------------------------------------------------------------------
+
+@pytest.mark.anyio
+async def test_better_iam_sends_the_envelope_with_the_callers_credential() -> None:
+    with IamServer(mode="allow") as server:
+        async with better_iam(server.url) as iam:
+            await iam.authorize(ALICE, request())
+        [received] = server.requests()
+    assert (received.method, received.path) == ("POST", "/authorize")
+    assert received.header("X-Better-IAM") == "1"
+    assert received.header("Authorization") == f"Bearer {ALICE}"
+    assert received.header("Content-Type") == "application/json"
+    assert received.body == {"tenantId": TENANT, "action": "compute:reservations:create",
+                             "resource": {"type": "compute-reservation", "id": RESERVATION},
+                             "attributes": {"count": 2, "shape": "1xH200"}}
+
+
+@pytest.mark.anyio
+async def test_better_iam_allow_is_passed_through_once() -> None:
+    with IamServer(mode="policy", policies={ALICE: TokenPolicy("user:alice", TENANT, ("compute:*",))}) as server:
+        async with better_iam(server.url) as iam:
+            decision = await iam.authorize(ALICE, request())
+        assert server.calls == 1
+    assert decision == Decision(True, "allowed by policy", [{"effect": "allow", "actions": ["compute:*"]}], "user:alice")
+
+
+@pytest.mark.anyio
+async def test_better_iam_deny_is_a_deny() -> None:
+    with IamServer(mode="deny") as server:
+        async with better_iam(server.url) as iam:
+            decision = await iam.authorize(ALICE, request())
+    assert (decision.allowed, decision.reason) == (False, "the test server denies everything")
+
+
+@pytest.mark.anyio
+async def test_better_iam_per_token_policy_and_denied_actions() -> None:
+    policies = {ALICE: TokenPolicy("user:alice", TENANT, ("compute:reservations:*",)),
+                "bob-token": TokenPolicy("user:bob", OTHER_TENANT)}
+    with IamServer(mode="policy", policies=policies, deny_actions=("compute:reservations:rel*",)) as server:
+        async with better_iam(server.url) as iam:
+            assert (await iam.authorize(ALICE, request())).allowed
+            assert not (await iam.authorize(ALICE, request("compute:pools:get", "compute-pool", POOL))).allowed
+            assert not (await iam.authorize(ALICE, request("compute:reservations:release"))).allowed
+            assert not (await iam.authorize("bob-token", request())).allowed  # another tenant
+            assert (await iam.authorize("bob-token", request(tenant=OTHER_TENANT))).allowed
+            unknown = await iam.authorize("mallory-token", request())
+    assert (unknown.allowed, unknown.reason, unknown.principal) == (False, "unknown credential", None)
+
+
+@pytest.mark.anyio
+async def test_better_iam_denies_an_action_its_catalog_does_not_know() -> None:
+    with IamServer(mode="allow", catalog=("compute:reservations:create",)) as server:
+        async with better_iam(server.url) as iam:
+            assert (await iam.authorize(ALICE, request())).allowed
+            decision = await iam.authorize(ALICE, request("compute:reservations:teleport"))
+    assert (decision.allowed, decision.reason) == (False, "unknown action")
+
+
+@pytest.mark.anyio
+async def test_missing_credential_is_denied_without_asking() -> None:
+    with IamServer(mode="allow") as server:
+        async with better_iam(server.url) as iam:
+            decision = await iam.authorize(None, request())
+        assert server.calls == 0
+    assert decision == Decision(False, "no credential", [], None)
+
+
+@pytest.mark.anyio
+async def test_timeout_is_a_deny() -> None:
+    with IamServer(mode="allow", delay=2.0) as server:
+        async with better_iam(server.url, timeout=0.2) as iam:
+            started = time.monotonic()
+            decision = await iam.authorize(ALICE, request())
+            elapsed = time.monotonic() - started
+        assert server.calls == 1
+    assert decision == Decision(False, "iam timeout", [], None)
+    assert elapsed < 1.5
+
+
+@pytest.mark.anyio
+async def test_a_trickling_answer_times_out_as_a_whole() -> None:
+    """Every byte arrives well within the timeout; the answer as a whole does not."""
+    with IamServer(mode="allow", trickle=0.05) as server:
+        async with better_iam(server.url, timeout=0.5) as iam:
+            started = time.monotonic()
+            decision = await iam.authorize(ALICE, request())
+            elapsed = time.monotonic() - started
+    assert decision == Decision(False, "iam timeout", [], None)
+    assert elapsed < 1.5
+
+
+@pytest.mark.anyio
+async def test_error_envelope_is_a_deny() -> None:
+    with IamServer(mode="error", error_code="UNAVAILABLE", error_status=503) as server:
+        async with better_iam(server.url) as iam:
+            decision = await iam.authorize(ALICE, request())
+    assert decision == Decision(False, "iam error: UNAVAILABLE", [], None)
+
+
+@pytest.mark.anyio
+async def test_unreachable_iam_is_a_deny() -> None:
+    async with better_iam(f"http://127.0.0.1:{free_port()}") as iam:
+        decision = await iam.authorize(ALICE, request())
+    assert (decision.allowed, decision.reason) == (False, "iam unreachable: ConnectError")
+
+
+ALLOW = {"allowed": True, "reason": "ok", "matched": []}
+
+
+@pytest.mark.parametrize(("answer", "status", "reason"), [
+    ("<html>502 Bad Gateway</html>", 200, "iam answered non-JSON (HTTP 200)"),
+    (json.dumps({"data": {**ALLOW, "allowed": "true"}}), 200, "iam answered an unknown document (HTTP 200)"),
+    (json.dumps({"data": {**ALLOW, "allowed": 1}}), 200, "iam answered an unknown document (HTTP 200)"),
+    (json.dumps({"data": {"allowed": True}}), 200, "iam answered an unknown document (HTTP 200)"),
+    (json.dumps({"data": {**ALLOW, "matched": {}}}), 200, "iam answered an unknown document (HTTP 200)"),
+    (json.dumps({"data": {**ALLOW, "principal": 7}}), 200, "iam answered an unknown document (HTTP 200)"),
+    (json.dumps({"allowed": True, "reason": "ok", "matched": []}), 200, "iam answered an unknown document (HTTP 200)"),
+    (json.dumps([{"data": ALLOW}]), 200, "iam answered an unknown document (HTTP 200)"),
+    (json.dumps({"data": ALLOW}), 500, "iam answered an unknown document (HTTP 500)"),
+    (json.dumps({"error": "boom"}), 500, "iam answered an unknown document (HTTP 500)"),
+])
+@pytest.mark.anyio
+async def test_unknown_answer_is_a_deny(answer: str, status: int, reason: str) -> None:
+    with IamServer(mode="garbage", garbage=answer, garbage_status=status) as server:
+        async with better_iam(server.url) as iam:
+            decision = await iam.authorize(ALICE, request())
+    assert decision == Decision(False, reason, [], None)
+
+
+@pytest.mark.anyio
+async def test_answer_over_the_bound_is_a_deny_even_when_it_allows() -> None:
+    fits = json.dumps({"data": {**ALLOW, "reason": "x" * (ANSWER_BYTES_MAX - 100)}})
+    too_large = json.dumps({"data": {**ALLOW, "reason": "x" * ANSWER_BYTES_MAX}})
+    with IamServer(mode="garbage", garbage=fits) as server:
+        async with better_iam(server.url) as iam:
+            assert (await iam.authorize(ALICE, request())).allowed
+            server.configure(garbage=too_large)
+            decision = await iam.authorize(ALICE, request())
+    assert decision == Decision(False, f"iam answer larger than {ANSWER_BYTES_MAX} bytes", [], None)
+
+
+@pytest.mark.anyio
+async def test_initialize_fails_on_missing_action_better_iam() -> None:
+    catalog = ("compute:sites:create", "compute:sites:list")
+    with IamServer(mode="allow", catalog=catalog, service_token=SERVICE_TOKEN) as server:
+        async with better_iam(server.url) as iam:
+            await iam.initialize(catalog)
+            with pytest.raises(IamCatalogError) as caught:
+                await iam.initialize(["compute:sites:list", "compute:sites:rename", "compute:sites:delete"])
+        [received, _] = server.requests()
+    assert caught.value.missing == ["compute:sites:delete", "compute:sites:rename"]
+    assert (received.method, received.path) == ("GET", "/actions")
+    assert received.header("Authorization") == f"Bearer {SERVICE_TOKEN}"
+    assert received.header("X-Better-IAM") == "1"
+
+
+@pytest.mark.parametrize(("behaviour", "message"), [
+    ({"mode": "allow", "catalog": ("compute:sites:list",), "service_token": "another-service"}, "iam error: UNAUTHENTICATED"),
+    ({"mode": "error", "error_code": "INTERNAL"}, "iam error: INTERNAL"),
+    ({"mode": "garbage", "garbage": json.dumps({"data": {"actions": "compute:sites:list"}})}, "unknown answer (HTTP 200)"),
+    ({"mode": "garbage", "garbage": "not json"}, "unknown answer (HTTP 200)"),
+    ({"mode": "allow", "catalog": ("compute:sites:list",), "delay": 2.0}, "timeout"),
+])
+@pytest.mark.anyio
+async def test_initialize_fails_closed_when_the_catalog_cannot_be_read(behaviour: dict[str, Any], message: str) -> None:
+    with IamServer(**behaviour) as server:
+        async with better_iam(server.url, timeout=0.3) as iam:
+            with pytest.raises(IamUnavailableError, match=re.escape(message)):
+                await iam.initialize(["compute:sites:list"])
+
+
+@pytest.mark.anyio
+async def test_initialize_fails_closed_when_iam_is_unreachable() -> None:
+    async with better_iam(f"http://127.0.0.1:{free_port()}") as iam:
+        with pytest.raises(IamUnavailableError):
+            await iam.initialize(["compute:sites:list"])
+
+
+@pytest.mark.anyio
+async def test_a_request_that_cannot_be_sent_is_a_deny() -> None:
+    with IamServer(mode="allow") as server:
+        async with better_iam(server.url) as iam:
+            unsendable = AuthorizeRequest(TENANT, "compute:sites:get", "compute-site", POOL, {"when": object()})
+            decision = await iam.authorize(ALICE, unsendable)
+        assert server.calls == 0
+    assert decision == Decision(False, "iam request failed: TypeError", [], None)
+
+
+@pytest.mark.parametrize("url", ["ftp://iam.example", "iam.example/authorize", ""])
+def test_better_iam_refuses_a_url_it_could_never_call(url: str) -> None:
+    with pytest.raises(IamConfigError, match="is not an http"):
+        BetterIam(url, SERVICE_TOKEN)
+
+
+def test_better_iam_knows_no_tenant_of_a_credential() -> None:
+    assert BetterIam("http://127.0.0.1:9", SERVICE_TOKEN).tenant_of(ALICE) is None
+
+
+# --- the test server ---------------------------------------------------------------------------------
+
+def test_test_server_refuses_a_request_without_the_header() -> None:
+    with IamServer(mode="allow") as server:
+        answer = httpx.post(f"{server.url}/authorize", json=request().as_json(), headers={"Authorization": "Bearer x"})
+        assert server.calls == 1
+        server.reset()
+        assert server.calls == 0
+    assert (answer.status_code, answer.json()["error"]["code"]) == (400, "INVALID_ARGUMENT")
+
+
+@pytest.mark.anyio
+async def test_test_server_runs_as_a_process() -> None:
+    with running_iam_server(mode="allow", catalog=["compute:sites:list"]) as server:
+        async with better_iam(server.url) as iam:
+            await iam.initialize(["compute:sites:list"])
+            assert (await iam.authorize(ALICE, request("compute:sites:list", "compute-site", "*"))).allowed
+            assert (server.calls, server.catalog_calls) == (1, 1)
+            assert server.requests()[1].header("Authorization") == f"Bearer {ALICE}"
+            server.configure(mode="deny")
+            server.reset()
+            assert not (await iam.authorize(ALICE, request("compute:sites:list", "compute-site", "*"))).allowed
+            assert server.calls == 1
