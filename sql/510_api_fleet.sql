@@ -157,7 +157,12 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_offering_id uuid;
+    v_kind        text := coalesce(compute.input_text(p_input, 'instance_kind', false), 'devices');
 BEGIN
+    IF v_kind <> 'devices' THEN  -- fail closed (P11): the kind exists in the model, its flow does not yet
+        PERFORM compute.raise_error('UNSUPPORTED', pg_catalog.format('%s offerings are not supported yet', v_kind),
+            'Offer devices (GPUs, MIG instances, time-slice slots); bare metal and VPS come with their provisioning flows.');
+    END IF;
     -- An offer of a shape the pool already offers changes its limits (and keeps its id).
     v_offering_id := compute.offering_create(compute.input_uuid(p_input, 'pool_id'), compute.input_text(p_input, 'shape'),
         compute.input_integer(p_input, 'max_count'), compute.input_integer(p_input, 'max_duration_seconds') * interval '1 second',
