@@ -72,23 +72,31 @@ def device_id(conn: psycopg.Connection, pool_id: uuid.UUID, node_number: int, gp
 
 def make_pool(conn: psycopg.Connection, layouts: Sequence[Sequence[str]], policy: str = "pack",
               shapes: Sequence[str] = SHAPES, max_count: int = 64,
-              max_duration: timedelta = timedelta(days=30)) -> uuid.UUID:
-    """A site and a pool of H200 nodes, node k having one GPU per entry of layouts[k] laid out as that
-    entry says (whole, timeslice:N, mig:...), and an offering of each shape. Returns the pool id.
+              max_duration: timedelta = timedelta(days=30), tenant_id: uuid.UUID | str | None = None) -> uuid.UUID:
+    """A site (of `tenant_id`, else an operator's) and a pool of H200 nodes laid out as
+    register_nodes says, and an offering of each shape. Returns the pool id.
 
     Runs in the caller's transaction and at its compute_now(); the caller commits."""
     name = uuid.uuid4().hex[:8]
-    site_id = conn.execute("SELECT compute.site_create(%s)", (f"site-{name}",)).fetchone()[0]
+    site_id = conn.execute("SELECT compute.site_create(%s, %s)", (f"site-{name}", tenant_id)).fetchone()[0]
     pool_id = conn.execute("SELECT compute.pool_create(%s, %s, %s, %s)",
                            (site_id, f"pool-{name}", H200_MODEL, policy)).fetchone()[0]
+    register_nodes(conn, pool_id, layouts)
+    for shape in shapes:
+        conn.execute("SELECT compute.offering_create(%s, %s, %s, %s)", (pool_id, shape, max_count, max_duration))
+    return pool_id
+
+
+def register_nodes(conn: psycopg.Connection, pool_id: uuid.UUID | str, layouts: Sequence[Sequence[str]]) -> None:
+    """Register H200 nodes in a pool, node k having one GPU per entry of layouts[k] laid out as that
+    entry says (whole, timeslice:N, mig:...). (Nodes join by themselves once bcd does; until then
+    this is how a test adds them.)"""
+    suffix = uuid.uuid4().hex[:8]
     for node_number, node_layouts in enumerate(layouts, start=1):
-        hostname = f"node-{node_number}-{name}"
+        hostname = f"node-{node_number}-{suffix}"
         conn.execute("SELECT compute.node_register(%s, %s, %s)",
                      (pool_id, hostname, Jsonb(h200_inventory(hostname, len(node_layouts)))))
         for gpu_index, layout in enumerate(node_layouts):
             if layout != WHOLE:
                 conn.execute("SELECT compute.device_set_layout(%s, %s)",
                              (device_id(conn, pool_id, node_number, gpu_index), layout))
-    for shape in shapes:
-        conn.execute("SELECT compute.offering_create(%s, %s, %s, %s)", (pool_id, shape, max_count, max_duration))
-    return pool_id

@@ -13,8 +13,12 @@ from pathlib import Path
 
 from better_compute.audit import AuditSigner
 from better_compute.clock import Clock
-from better_compute.db import Database
+from better_compute.db import AsyncDatabase, Database
+from better_compute.ports.iam import BetterIam, IamError, IamPort, StaticIam
 from better_compute.ports.ledger import BetterIamLedger, Ledger, LocalLedger
+from better_compute.relay.app import Relay, RelaySettings
+from better_compute.relay.server import serve
+from better_compute.relay.sse import StreamSettings
 from better_compute.webhooks import WebhookSender
 from better_compute.worker.handlers import default_handlers
 from better_compute.worker.runtime import Worker, WorkerSettings, default_owner, run_until_signalled
@@ -22,6 +26,8 @@ from better_compute.worker.runtime import Worker, WorkerSettings, default_owner,
 app = typer.Typer(no_args_is_help=True, help="Run the control plane's processes.")
 
 WORKER_ROLE = "bc_worker"
+API_ROLE = "bc_api"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 POOL_SPARE_CONNECTIONS = 2  # the loop's own calls, beside one per running handler
 
 
@@ -55,7 +61,7 @@ def worker_command(
         = Path(".bc/audit-ed25519.pem"),
 ) -> None:
     """Run the work queue as role bc_worker: sweeps, outbox fan-out, webhooks, usage export, audit checkpoints."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     settings = WorkerSettings(owner or default_owner(), concurrency, lease_seconds, poll_seconds, grace_seconds)
     db = Database(dsn, max_size=concurrency + POOL_SPARE_CONNECTIONS, name="better-compute-worker", role=WORKER_ROLE)
     with db:
@@ -65,3 +71,54 @@ def worker_command(
                                     AuditSigner(audit_key))
         logging.getLogger(__name__).info("worker %s: %d kinds, concurrency %d", settings.owner, len(handlers), concurrency)
         run_until_signalled(Worker(db, handlers, settings))
+
+
+class IamKind(str, Enum):
+    static = "static"
+    better_iam = "better-iam"
+
+
+def make_iam(kind: IamKind, file: Path | None, url: str | None, credential: str | None, timeout: float) -> IamPort:
+    if kind is IamKind.static:
+        if file is None:
+            raise typer.BadParameter("--iam static needs --iam-file")
+        try:
+            return StaticIam.load(file)
+        except IamError as error:
+            raise typer.BadParameter(str(error)) from error
+    if not url or not credential:
+        raise typer.BadParameter("--iam better-iam needs --iam-url and --iam-credential")
+    return BetterIam(url, credential, timeout)
+
+
+@app.command("api")
+def api_command(
+    dsn: Annotated[str, typer.Option("--dsn", envvar="BETTER_COMPUTE_DSN", help="libpq conninfo or URL.")],
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")] = 8080,
+    iam: Annotated[IamKind, typer.Option(help="Who decides: a static file or Better IAM.")] = IamKind.static,
+    iam_file: Annotated[Path | None, typer.Option(envvar="BETTER_COMPUTE_IAM_FILE",
+                                                  help="Static IAM file (.toml or .json).")] = None,
+    iam_url: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_IAM_URL", help="Better IAM base URL.")] = None,
+    iam_credential: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_IAM_CREDENTIAL",
+                                                       help="The relay's own Better IAM credential.")] = None,
+    iam_timeout: Annotated[float, typer.Option(min=0.1, help="Seconds one IAM decision may take (then deny).")] = 2.0,
+    resolve_secret: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_RESOLVE_SECRET",
+                                                       help="Shared secret of Better IAM's resolver endpoint.")] = None,
+    pool_size: Annotated[int, typer.Option(min=1, help="Database connections (LISTEN uses one more).")] = 10,
+    heartbeat_seconds: Annotated[float, typer.Option(min=0.1, help="Quiet time before an event stream heartbeat.")]
+        = 15.0,
+    stream_buffer: Annotated[int, typer.Option(min=1, help="Events buffered per event stream.")] = 1000,
+    stall_seconds: Annotated[float, typer.Option(min=0.1, help="How long an event stream waits for a client that "
+                                                                "reads nothing.")] = 10.0,
+    max_streams: Annotated[int, typer.Option(min=1, help="Event streams open at once.")] = 100,
+    poll_seconds: Annotated[float, typer.Option(min=0.1, help="Event streams poll besides LISTEN this often.")] = 1.0,
+    grace_seconds: Annotated[float, typer.Option(min=0, help="On SIGTERM, how long requests may finish.")] = 30.0,
+) -> None:
+    """Run the HTTP API relay as role bc_api: every catalog method, the event stream, /health, /metrics."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    iam_port = make_iam(iam, iam_file, iam_url, iam_credential, iam_timeout)
+    db = AsyncDatabase(dsn, max_size=pool_size, name="better-compute-api", role=API_ROLE)
+    streams = StreamSettings(heartbeat_seconds=heartbeat_seconds, poll_seconds=poll_seconds, buffer=stream_buffer,
+                             stall_seconds=stall_seconds, max_streams=max_streams)
+    serve(Relay(db, iam_port, RelaySettings(resolve_secret, streams)), host, port, grace_seconds)
