@@ -12,4 +12,5 @@ step "$BC" dev psql -c "select name, value, unit from ops.limits order by name"
 step "$BC" dev psql -c "select code, sqlstate, http_status from ops.error_codes order by http_status, code"
 step "$BC" dev psql -f scripts/demo.sql
 step "$BC" dev psql -c "select compute.compute_now()"
+bash scripts/demo-api.sh
 printf 'Connect yourself with: %s dev psql   (stop with: %s dev down)\n' "$BC" "$BC"
