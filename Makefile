@@ -13,7 +13,8 @@ help:
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"
 	@echo "make bench  - benchmarks (not a test, ~7 min): 1,000-node fleet, reservations/s, capacity queries;"
-	@echo "             outbox events/s to webhooks, work items/s with 1 and 4 workers"
+	@echo "             outbox events/s to webhooks, work items/s with 1 and 4 workers;"
+	@echo "             reservations/s through the HTTP relay vs. in the database at 8 clients"
 	@echo "make clean  - stop the demo cluster and remove ./.bc/"
 
 setup: $(STAMP)
@@ -45,6 +46,7 @@ pytest: setup
 bench: setup
 	$(PY) bench/capacity.py
 	$(PY) bench/worker.py
+	$(PY) bench/api.py
 
 clean:
 	-$(VENV)/bin/better-compute dev down

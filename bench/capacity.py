@@ -166,14 +166,16 @@ SELECT count(compute.device_set_layout(d.device_id, CASE d.index WHEN %(mig_inde
 """
 
 
-def build_pool(dsn: str, number: int, policy: str, template: dict[str, object]) -> str:
-    """One pool: its nodes registered from the fixture inventory, two GPUs per node partitioned, offerings."""
+def build_pool(dsn: str, number: int, policy: str, template: dict[str, object], tenant: str | None = None,
+               nodes: int = NODES_PER_POOL) -> str:
+    """One pool (in the site of `tenant`, else the operator's): its nodes registered from the fixture
+    inventory, two GPUs per node partitioned, offerings."""
     with psycopg.connect(dsn) as conn:
-        site = conn.execute("SELECT compute.site_create('bench-site')").fetchone()[0]
+        site = conn.execute("SELECT compute.site_create('bench-site', %s)", (tenant,)).fetchone()[0]
         pool = conn.execute("SELECT compute.pool_create(%s, %s, 'NVIDIA H200', %s)",
                             (site, f"bench-{policy}-{number}", policy)).fetchone()[0]
         conn.execute(REGISTER_NODES, {"pool": pool, "template": Jsonb(template), "gpus": GPUS_PER_NODE,
-                                      "prefix": f"p{number}", "nodes": NODES_PER_POOL})
+                                      "prefix": f"p{number}", "nodes": nodes})
         conn.execute(PARTITION_GPUS, {"pool": pool, "mig_index": MIG_GPU_INDEX, "mig": MIG_LAYOUT,
                                       "slot_index": SLOT_GPU_INDEX, "slot": SLOT_LAYOUT})
         for shape in SHAPES:
