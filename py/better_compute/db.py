@@ -1,18 +1,24 @@
-"""The database call helper: a psycopg 3 pool, one transaction per call, bounded retry of 40001."""
+"""The database call helpers: a psycopg 3 pool, one transaction per call, bounded retry of 40001.
+
+`Database` (threads: the worker, the CLI) and `AsyncDatabase` (asyncio: the HTTP relay) share how a
+call is written, how the role is set and when a failure is retried; only the waiting differs.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import RowFactory, dict_row, tuple_row
+from psycopg.rows import AsyncRowFactory, RowFactory, dict_row, tuple_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from better_compute.errors import ContractError, from_database
 
@@ -38,6 +44,29 @@ def adapt(value: Any) -> Any:
     return Jsonb(value) if isinstance(value, dict) else value
 
 
+CALL = sql.SQL("SELECT {}({})")  # one value
+ROWS = sql.SQL("SELECT * FROM {}({})")  # the rows of a set-returning function
+
+
+def function_call(template: sql.SQL, function: str, args: tuple[Any, ...]) -> tuple[sql.Composed, list[Any]]:
+    """The query and parameters that run `function(args...)` through `template` (CALL or ROWS)."""
+    query = template.format(function_identifier(function), sql.SQL(", ").join(sql.Placeholder() * len(args)))
+    return query, [adapt(arg) for arg in args]
+
+
+def set_role(role: str) -> sql.Composed:
+    return sql.SQL("SET ROLE {}").format(sql.Identifier(role))
+
+
+def retry_delay(error: psycopg.Error, attempt: int, function: str) -> float:
+    """Seconds to wait before retrying a failed call (only a serialization failure, a bounded number
+    of times, with jittered exponential backoff); otherwise raise the error as the contract's."""
+    if isinstance(error, psycopg.errors.SerializationFailure) and attempt < SERIALIZATION_RETRIES:
+        log.info("serialization failure in %s, retry %d", function, attempt + 1)
+        return RETRY_BASE_SECONDS * (2**attempt) * (1 + random.random())
+    raise from_database(error) from error
+
+
 class Database:
     """A pool of connections for one role; `call` runs one stored function in one transaction.
 
@@ -54,7 +83,7 @@ class Database:
 
     def _configure(self, conn: psycopg.Connection) -> None:
         if self.role is not None:
-            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(self.role)))
+            conn.execute(set_role(self.role))
             if not conn.autocommit:
                 conn.commit()
 
@@ -79,30 +108,83 @@ class Database:
 
     def call(self, function: str, *args: Any) -> Any:
         """SELECT function(args...) and return its value; errors come back as ContractError."""
-        row = self._run(sql.SQL("SELECT {}({})"), function, args, tuple_row, lambda cursor: cursor.fetchone())
+        row = self._run(CALL, function, args, tuple_row, lambda cursor: cursor.fetchone())
         return row[0] if row else None
 
     def rows(self, function: str, *args: Any) -> list[dict[str, Any]]:
         """SELECT * FROM function(args...): the rows of a set-returning function, as dicts."""
-        return self._run(sql.SQL("SELECT * FROM {}({})"), function, args, dict_row, lambda cursor: cursor.fetchall())
+        return self._run(ROWS, function, args, dict_row, lambda cursor: cursor.fetchall())
 
     def _run(self, template: sql.SQL, function: str, args: tuple[Any, ...], row_factory: RowFactory[Any],
              fetch: Callable[[psycopg.Cursor[Any]], T]) -> T:
         """One transaction; a serialization failure (40001) is retried a bounded number of times."""
-        query = template.format(function_identifier(function), sql.SQL(", ").join(sql.Placeholder() * len(args)))
-        params = [adapt(arg) for arg in args]
-        for attempt in range(SERIALIZATION_RETRIES + 1):
+        query, params = function_call(template, function, args)
+        for attempt in itertools.count():
             try:
                 with self.pool.connection() as conn, conn.cursor(row_factory=row_factory) as cursor:
                     return fetch(cursor.execute(query, params))
-            except psycopg.errors.SerializationFailure as error:
-                if attempt == SERIALIZATION_RETRIES:
-                    raise from_database(error) from error
-                log.info("serialization failure in %s, retry %d", function, attempt + 1)
-                time.sleep(RETRY_BASE_SECONDS * (2**attempt) * (1 + random.random()))
             except psycopg.Error as error:
-                raise from_database(error) from error
+                time.sleep(retry_delay(error, attempt, function))
         raise AssertionError("unreachable")
 
 
-__all__ = ["ContractError", "Database"]
+class AsyncDatabase:
+    """`Database` for asyncio: the same calls, role and retry, over an AsyncConnectionPool."""
+
+    def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 10, name: str = "better-compute",
+                 role: str | None = None):
+        self.conninfo = conninfo
+        self.role = role
+        self.pool = AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False, name=name,
+                                        configure=self._configure)
+
+    async def _configure(self, conn: psycopg.AsyncConnection) -> None:
+        if self.role is not None:
+            await conn.execute(set_role(self.role))
+            if not conn.autocommit:
+                await conn.commit()
+
+    async def connect(self) -> psycopg.AsyncConnection:
+        """A connection of its own (outside the pool), in autocommit, as the pool's role: for LISTEN."""
+        conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+        await self._configure(conn)
+        return conn
+
+    async def open(self, timeout: float = 30.0) -> None:
+        """Wait until min_size connections are made; PoolTimeout after `timeout` seconds."""
+        await self.pool.open(wait=True, timeout=timeout)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def __aenter__(self) -> AsyncDatabase:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def call(self, function: str, *args: Any) -> Any:
+        """SELECT function(args...) and return its value; errors come back as ContractError."""
+        row = await self._run(CALL, function, args, tuple_row, lambda cursor: cursor.fetchone())
+        return row[0] if row else None
+
+    async def rows(self, function: str, *args: Any) -> list[dict[str, Any]]:
+        """SELECT * FROM function(args...): the rows of a set-returning function, as dicts."""
+        return await self._run(ROWS, function, args, dict_row, lambda cursor: cursor.fetchall())
+
+    async def _run(self, template: sql.SQL, function: str, args: tuple[Any, ...], row_factory: AsyncRowFactory[Any],
+                   fetch: Callable[[psycopg.AsyncCursor[Any]], Awaitable[T]]) -> T:
+        """One transaction; a serialization failure (40001) is retried a bounded number of times."""
+        query, params = function_call(template, function, args)
+        for attempt in itertools.count():
+            try:
+                async with self.pool.connection() as conn, conn.cursor(row_factory=row_factory) as cursor:
+                    await cursor.execute(query, params)
+                    return await fetch(cursor)
+            except psycopg.Error as error:
+                await asyncio.sleep(retry_delay(error, attempt, function))
+        raise AssertionError("unreachable")
+
+
+__all__ = ["AsyncDatabase", "ContractError", "Database"]

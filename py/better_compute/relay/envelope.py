@@ -1,0 +1,52 @@
+"""The two answers of every endpoint: `{"data": …}` and `{"error": {"code", "message", "hint"}}`.
+
+Statuses come from the error contract (DESIGN §13, errors.SQLSTATE_TO_CODE); the relay adds only
+what the contract leaves to HTTP: 413 for a body over the bound (still INVALID_ARGUMENT), 405, and
+UNAVAILABLE (503) when the database is unreachable or the relay is at its stream bound.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from better_compute.errors import INTERNAL, SQLSTATE_TO_CODE, ContractError
+
+log = logging.getLogger(__name__)
+
+CODE_STATUS: dict[str, int] = {code: status for code, status in SQLSTATE_TO_CODE.values()} | {INTERNAL[0]: INTERNAL[1]}
+UNAVAILABLE = ("UNAVAILABLE", 503)
+
+
+def error(code: str, message: str, hint: str | None = None, status: int | None = None) -> ContractError:
+    """A contract error made by the relay itself (not by SQL)."""
+    return ContractError(code, message, hint, status or CODE_STATUS[code])
+
+
+def invalid_argument(message: str, hint: str | None = None, status: int = 400) -> ContractError:
+    return error("INVALID_ARGUMENT", message, hint, status)
+
+
+def unavailable(message: str, hint: str | None = None) -> ContractError:
+    return error(UNAVAILABLE[0], message, hint, UNAVAILABLE[1])
+
+
+def from_envelope(document: Mapping[str, Any]) -> ContractError:
+    """The `{"error": …}` answer of a function that must commit (api.admit's deny); a code outside the
+    contract is INTERNAL, logged, so a typo in SQL never reaches clients as a new code."""
+    code = document.get("code")
+    if code not in CODE_STATUS:
+        log.error("unknown error code in a database answer: %r", code)
+        return error(INTERNAL[0], "internal error (unknown error code)")
+    return error(code, str(document.get("message") or code), document.get("hint"))
+
+
+def data_response(data: Any) -> JSONResponse:
+    return JSONResponse({"data": data})
+
+
+def error_response(failure: ContractError) -> JSONResponse:
+    return JSONResponse(failure.envelope(), status_code=failure.http_status)

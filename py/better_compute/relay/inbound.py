@@ -1,0 +1,95 @@
+"""What a request brings: a bounded JSON body, the caller's credential and the tenant.
+
+The credential is opaque here: it goes to the IAM port as it came and is never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+
+from better_compute.errors import ContractError
+from better_compute.ports.iam import IamPort
+from better_compute.relay.envelope import invalid_argument
+
+HTTP_BODY_BYTES = 65536  # compute.limits 'http_body_bytes' (P12); tests/test_relay_http.py keeps them equal
+TENANT_HEADER = "x-tenant-id"
+
+
+def too_large() -> ContractError:
+    return invalid_argument(f"the request body is larger than {HTTP_BODY_BYTES} bytes",
+                            "Send less: list methods page with limit.", status=413)
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused on its declared length and again while it streams (a chunked body, or a
+    client that lies, declares nothing or too little)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise invalid_argument("Content-Length is not a number")
+        if int(declared) > HTTP_BODY_BYTES:
+            raise too_large()
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > HTTP_BODY_BYTES:
+            raise too_large()
+    return bytes(body)
+
+
+def refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def read_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object (strict JSON: no NaN or Infinity)."""
+    body = await read_body(request)
+    try:
+        document = json.loads(body, parse_constant=refuse_constant)
+    except (ValueError, RecursionError) as failure:
+        raise invalid_argument(f"the body is not JSON: {failure}"[:300], "Send a JSON object, {} for no fields.") \
+            from failure
+    if not isinstance(document, dict):
+        raise invalid_argument("the body must be a JSON object", "Send {} when a method takes no fields.")
+    if holds_nul(document):
+        raise invalid_argument("a string holds \\u0000", "PostgreSQL text cannot hold NUL characters.")
+    return document
+
+
+def holds_nul(document: Any) -> bool:
+    """Whether a key or string anywhere holds NUL (walked without recursion: nesting is the client's)."""
+    pending = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return True
+        elif isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
+
+
+def bearer(request: Request) -> str | None:
+    """The credential of `Authorization: Bearer …`; anything else is no credential."""
+    scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return credential.strip() or None
+
+
+def tenant(request: Request, iam: IamPort, credential: str | None) -> uuid.UUID:
+    """X-Tenant-Id, else the tenant the IAM port knows for the credential (static files), else 400."""
+    text = request.headers.get(TENANT_HEADER) or iam.tenant_of(credential)
+    if text is None:
+        raise invalid_argument("no tenant", "Send X-Tenant-Id (the Better IAM tenant you act in).")
+    try:
+        return uuid.UUID(text)
+    except ValueError as failure:
+        raise invalid_argument("X-Tenant-Id is not a uuid", "Send the tenant's uuid.") from failure

@@ -1,0 +1,65 @@
+"""Prometheus metrics of the relay (DESIGN §15), in a registry of its own.
+
+Label values are bounded (DESIGN §14, metric_label_values): `method` is a catalog method or one of
+the relay's own endpoints, anything else is "unknown"; `status` is the HTTP status the relay sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+UNKNOWN = "unknown"
+
+
+class RelayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("bc_relay_requests_total", "HTTP requests answered, by API method and status.",
+                                ["method", "status"], registry=self.registry)
+        self.latency = Histogram("bc_relay_request_seconds", "Time to answer a request (an event stream: its life).",
+                                 ["method"], registry=self.registry)
+        self.decisions = Counter("bc_relay_iam_decisions_total", "IAM decisions, by outcome.", ["outcome"],
+                                 registry=self.registry)
+        self.streams = Gauge("bc_relay_event_streams", "Open event streams (GET /api/compute/watch).",
+                             registry=self.registry)
+
+    def decided(self, allowed: bool) -> None:
+        self.decisions.labels("allow" if allowed else "deny").inc()
+
+    def answered(self, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, str(status)).inc()
+        self.latency.labels(method).observe(seconds)
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request (pure ASGI, so streamed answers pass through untouched)."""
+
+    def __init__(self, app: ASGIApp, metrics: RelayMetrics, label: Callable[[str], str]):
+        self.app = app
+        self.metrics = metrics
+        self.label = label
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the server answers when the app fails before starting a response
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            self.metrics.answered(self.label(scope["path"]), status, time.perf_counter() - started)
