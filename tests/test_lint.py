@@ -48,6 +48,16 @@ def test_psql_meta_commands_are_ignored() -> None:
     assert lint_text(sql, "pgtap/t.sql", schema_rules=False) == []
 
 
+def test_psql_variables_and_gset_in_a_test_script_parse() -> None:
+    sql = "SELECT 1 AS pool \\gset\nSELECT :'pool'::uuid, :\"pool\", :pool, 1::int\n\\gset\n"
+    assert lint_text(sql, "pgtap/t.sql", schema_rules=False) == []
+
+
+def test_a_psql_variable_in_a_schema_file_is_a_parse_finding() -> None:
+    findings = lint_text("SELECT :'pool';\n", "sql/t.sql", schema_rules=True)
+    assert [(f.line, f.rule) for f in findings] == [(1, "parse")]
+
+
 def test_unparseable_plpgsql_body_is_reported() -> None:
     sql = "SELECT 1;\nCREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN 1 END $$;"
     findings = lint_text(sql, "pgtap/t.sql", schema_rules=False)

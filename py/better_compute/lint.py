@@ -122,9 +122,21 @@ def strings(items: list[dict[str, Any]]) -> list[str]:
     return [item["String"]["sval"] for item in items]
 
 
+PSQL_VARIABLE = re.compile(r"(?<![:\w]):(['\"]?)([A-Za-z_]\w*)\1")
+TRAILING_GSET = re.compile(r"\\gset\b.*$")
+
+
 def strip_meta_commands(sql: str) -> str:
-    """Blank out psql meta-command lines (`\\set`, `\\i`), keeping line numbers."""
-    return "\n".join("" if line.lstrip().startswith("\\") else line for line in sql.split("\n"))
+    """Make a psql script plain SQL, keeping line numbers: meta-command lines (`\\set`, `\\i`) are
+    blanked, and a trailing `\\gset` ends its statement like `;`."""
+    return "\n".join("" if line.lstrip().startswith("\\") else TRAILING_GSET.sub(";", line) for line in sql.split("\n"))
+
+
+def replace_psql_variables(sql: str) -> str:
+    """psql variables (`:name`, `:'name'`, `:"name"`) as a literal or identifier of their name. Only
+    for psql scripts (tests, verify and revert scripts): the pattern would also match text such as
+    `{"a":false}` inside a string, which a schema file may hold."""
+    return PSQL_VARIABLE.sub(lambda m: (m[1] or "'") + m[2] + (m[1] or "'"), sql)
 
 
 def has_schema_rules(path: pathlib.Path) -> bool:
@@ -248,7 +260,8 @@ class FileLinter:
     """Lints the text of one file; findings accumulate in `findings`."""
 
     def __init__(self, sql: str, path: str, *, schema_rules: bool) -> None:
-        self.source = Source(strip_meta_commands(sql))
+        plain = strip_meta_commands(sql)
+        self.source = Source(plain if schema_rules else replace_psql_variables(plain))
         self.path = path
         self.schema_rules = schema_rules
         self.findings: list[Finding] = []
