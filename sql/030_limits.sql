@@ -47,7 +47,11 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('admission_retention_seconds',   86400, 'seconds', 'How long decided admissions are kept for idempotent replays (1 day).'),
     ('api_list_rows',                  1000, 'count',   'Rows one API list answers.'),
     ('join_token_ttl_seconds',         3600, 'seconds', 'Default lifetime of a join token.'),
-    ('join_token_ttl_seconds_max',   604800, 'seconds', 'Longest lifetime of a join token (7 days).');
+    ('join_token_ttl_seconds_max',   604800, 'seconds', 'Longest lifetime of a join token (7 days).'),
+    ('session_timeout_seconds',          30, 'seconds', 'A node session not heard from for this long shows Connected=False (nothing else changes).'),
+    ('node_spec_tick_window_seconds',   600, 'seconds', 'How far back the spec tick looks for bookings that started or ended.'),
+    ('node_spec_resend_seconds',         30, 'seconds', 'How long a connected node may leave a signed spec unconfirmed before it is sent again.'),
+    ('node_command_redelivery_seconds',  60, 'seconds', 'How long a delivered command may stay without a result before it is delivered again.');
 
 CREATE FUNCTION compute.limit(p_name text)
 RETURNS bigint

@@ -1,4 +1,4 @@
--- The fleet (DESIGN §5): sites, pools, nodes, node flags and devices.
+-- The fleet (DESIGN §5): sites, pools, nodes, node flags, node sessions and devices.
 --   site   a location / network domain
 --   pool   one site, exactly one GPU model; the scheduling and policy domain (pack or spread)
 --   node   one server in one pool; its last inventory document is kept whole (unknown fields too)
@@ -54,6 +54,16 @@ CREATE TABLE compute.node_flags (
     PRIMARY KEY (node_id, flag)
 );
 COMMENT ON TABLE compute.node_flags IS 'A node with any flag gets no new placements. Draining also waits for its current bookings to end.';
+
+CREATE TABLE compute.node_sessions (
+    node_id       uuid PRIMARY KEY REFERENCES compute.nodes ON DELETE CASCADE,
+    epoch         bigint NOT NULL CHECK (epoch > 0),
+    gateway       text NOT NULL CHECK (length(gateway) BETWEEN 1 AND 200),
+    opened_at     timestamptz NOT NULL,
+    last_heard_at timestamptz NOT NULL,
+    closed_at     timestamptz
+);
+COMMENT ON TABLE compute.node_sessions IS 'The current session of each node: its epoch (fencing token), gateway, when last heard.';
 
 CREATE TABLE compute.devices (
     device_id     uuid PRIMARY KEY,

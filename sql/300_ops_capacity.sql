@@ -17,11 +17,16 @@ CREATE VIEW ops.nodes AS
            (SELECT pg_catalog.jsonb_object_agg(f.flag, pg_catalog.jsonb_build_object('by', f.set_by, 'reason', f.reason, 'at', f.set_at,
                                                                                     'completed_at', f.completed_at))
               FROM compute.node_flags AS f WHERE f.node_id = n.node_id) AS flag_details,
-           n.inventory_at, n.created_at
+           n.inventory_at, n.created_at,
+           coalesce(ns.closed_at IS NULL
+                    AND ns.last_heard_at > ops.now() - (SELECT l.value FROM compute.limits AS l WHERE l.name = 'session_timeout_seconds')
+                                                       * interval '1 second', false) AS connected,
+           round(extract(epoch FROM ops.now() - ns.last_heard_at)::numeric, 1) AS last_heard_seconds
       FROM compute.nodes AS n
       JOIN compute.pools AS p ON p.pool_id = n.pool_id
-      JOIN compute.sites AS s ON s.site_id = n.site_id;
-COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when) and drain state (draining until no booking is live now).';
+      JOIN compute.sites AS s ON s.site_id = n.site_id
+      LEFT JOIN compute.node_sessions AS ns ON ns.node_id = n.node_id;
+COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when), drain state (draining until no booking is live now), connected and the age since last heard.';
 
 CREATE VIEW ops.pool_capacity AS
     WITH now_ AS (SELECT ops.now() AS t)

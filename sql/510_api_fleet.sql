@@ -47,7 +47,7 @@ LANGUAGE sql STABLE
 AS $$
     SELECT pg_catalog.jsonb_build_object('node_id', n.node_id, 'name', n.name, 'pool_id', pn.pool_id, 'gpus', n.gpus,
         'flags', coalesce(pg_catalog.to_jsonb(n.flags), '[]'), 'drain', n.drain, 'flag_details', coalesce(n.flag_details, '{}'),
-        'inventory_at', n.inventory_at, 'created_at', n.created_at,
+        'inventory_at', n.inventory_at, 'created_at', n.created_at, 'connected', n.connected, 'last_heard_seconds', n.last_heard_seconds,
         'devices', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('uuid', d.uuid, 'index', d.index,
                         'model', d.model, 'memory_mib', d.memory_mib, 'layout', d.layout, 'present', d.present) ORDER BY d.index), '[]')
                       FROM compute.devices AS d WHERE d.node_id = n.node_id))

@@ -1,0 +1,153 @@
+-- Deploy better_compute:node_commands to pg
+-- Snapshot of sql/620_node_commands.sql when this change was planned.
+
+BEGIN;
+
+-- Commands (DESIGN §8, P2, P3, P11): one-shot actions for a node (`collect_inventory`, `reboot`,
+-- `drain_processes`, …), queued with an idempotency key and a bound on pending ones per node,
+-- delivered at least once (again after node_command_redelivery_seconds until a result comes);
+-- the daemon executes each command id once (its journal) and answers UNSUPPORTED for a kind it
+-- does not know. Like specs, a command goes down only signed by the worker (P14).
+SET LOCAL ROLE bc_owner;
+
+CREATE TABLE compute.node_commands (
+    command_id      uuid PRIMARY KEY,
+    node_id         uuid NOT NULL REFERENCES compute.nodes ON DELETE CASCADE,
+    kind            text NOT NULL CHECK (kind ~ '^[a-z][a-z0-9_]{0,62}$'),
+    args            jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(args) = 'object'),
+    idempotency_key text NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 200),
+    state           text NOT NULL CHECK (state IN ('pending', 'succeeded', 'failed', 'unsupported')),
+    envelope        jsonb,
+    created_at      timestamptz NOT NULL,
+    delivered_at    timestamptz,
+    deliveries      integer NOT NULL DEFAULT 0,
+    finished_at     timestamptz,
+    output          text,
+    UNIQUE (node_id, idempotency_key),
+    CHECK ((state = 'pending') = (finished_at IS NULL))
+);
+CREATE INDEX node_commands_pending ON compute.node_commands (node_id, created_at) WHERE state = 'pending';
+COMMENT ON TABLE compute.node_commands IS 'One-shot actions for nodes: kind, args, idempotency key, the signed envelope, delivery and result.';
+
+CREATE FUNCTION compute.command_json(p_command compute.node_commands)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT pg_catalog.jsonb_build_object('command_id', p_command.command_id, 'node_id', p_command.node_id, 'kind', p_command.kind,
+        'args', p_command.args, 'state', p_command.state, 'created_at', p_command.created_at, 'deliveries', p_command.deliveries,
+        'finished_at', p_command.finished_at, 'output', p_command.output);
+$$;
+COMMENT ON FUNCTION compute.command_json(compute.node_commands) IS 'A command as the API answers it.';
+
+CREATE FUNCTION compute.command_enqueue(p_node_id uuid, p_kind text, p_args jsonb, p_idempotency_key text, p_command_id uuid DEFAULT NULL)
+RETURNS compute.node_commands
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the node row (serialises the pending-count check of one node), then the command.
+DECLARE
+    v_command compute.node_commands;
+BEGIN
+    PERFORM 1 FROM compute.nodes AS n WHERE n.node_id = p_node_id FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM compute.node_get(p_node_id);
+    END IF;
+    IF p_kind IS NULL OR p_kind !~ '^[a-z][a-z0-9_]{0,62}$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid command kind %L', pg_catalog.left(p_kind, 70)),
+            'Use a kind such as collect_inventory, reboot or drain_processes.');
+    END IF;
+    IF p_args IS NULL OR pg_catalog.jsonb_typeof(p_args) <> 'object' OR pg_catalog.octet_length(p_args::text) > compute.limit('node_message_bytes') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'command args are a bounded JSON object', 'Send {} for none.');
+    END IF;
+    IF p_idempotency_key IS NULL OR length(p_idempotency_key) NOT BETWEEN 1 AND 200 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a command needs an idempotency key of 1 to 200 characters', 'Use a uuid.');
+    END IF;
+    SELECT * INTO v_command FROM compute.node_commands AS c WHERE c.node_id = p_node_id AND c.idempotency_key = p_idempotency_key;
+    IF FOUND THEN
+        IF (v_command.kind, v_command.args) IS DISTINCT FROM (p_kind, p_args) THEN
+            PERFORM compute.raise_error('IDEMPOTENCY_MISMATCH',
+                pg_catalog.format('idempotency key %L was used for another command', p_idempotency_key), 'Use a new key for another command.');
+        END IF;
+        RETURN v_command;
+    END IF;
+    IF (SELECT count(*) FROM compute.node_commands AS c WHERE c.node_id = p_node_id AND c.state = 'pending')
+       >= compute.limit('commands_pending_per_node') THEN
+        PERFORM compute.raise_error('QUOTA_EXCEEDED', 'this node has as many pending commands as it may',
+            pg_catalog.format('Wait for some to finish (limit commands_pending_per_node = %s).', compute.limit('commands_pending_per_node')));
+    END IF;
+    INSERT INTO compute.node_commands (command_id, node_id, kind, args, idempotency_key, state, created_at)
+    VALUES (coalesce(p_command_id, pg_catalog.gen_random_uuid()), p_node_id, p_kind, p_args, p_idempotency_key, 'pending', compute.compute_now())
+    RETURNING * INTO v_command;
+    PERFORM compute.work_poke('node.command.sign', v_command.command_id::text);
+    RETURN v_command;
+END
+$$;
+COMMENT ON FUNCTION compute.command_enqueue(uuid, text, jsonb, text, uuid) IS 'Queue a command for a node (bounded, idempotent by key); the worker signs it.';
+
+-- -- signing (worker) and the node side (gateway) ---------------------------------------------------
+
+CREATE FUNCTION worker_api.command_to_sign(p_command_id uuid)
+RETURNS TABLE (node_id uuid, command jsonb)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
+    SELECT c.node_id, pg_catalog.jsonb_build_object('command_id', c.command_id, 'node_id', c.node_id, 'kind', c.kind, 'args', c.args)
+      FROM compute.node_commands AS c WHERE c.command_id = p_command_id AND c.envelope IS NULL AND c.state = 'pending'
+$$;
+COMMENT ON FUNCTION worker_api.command_to_sign(uuid) IS 'The command the worker must sign (none once signed or finished).';
+
+CREATE FUNCTION worker_api.command_signed(p_command_id uuid, p_envelope jsonb)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+DECLARE
+    v_node_id uuid;
+BEGIN
+    UPDATE compute.node_commands SET envelope = p_envelope WHERE command_id = p_command_id AND envelope IS NULL
+    RETURNING node_id INTO v_node_id;
+    IF v_node_id IS NOT NULL THEN
+        PERFORM pg_catalog.pg_notify('bc_node_command', v_node_id::text);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION worker_api.command_signed(uuid, jsonb) IS 'Store a command''s signed envelope and poke gateways.';
+
+CREATE FUNCTION node_api.commands_due(p_node_id uuid, p_epoch bigint)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+DECLARE
+    v_now      timestamptz := compute.compute_now();
+    v_commands jsonb;
+BEGIN
+    PERFORM compute.session_require(p_node_id, p_epoch);
+    -- At least once: never delivered, or delivered long enough ago without a result.
+    WITH due AS (
+        UPDATE compute.node_commands AS c SET delivered_at = v_now, deliveries = c.deliveries + 1
+         WHERE c.command_id IN (SELECT x.command_id FROM compute.node_commands AS x
+                                 WHERE x.node_id = p_node_id AND x.state = 'pending' AND x.envelope IS NOT NULL
+                                   AND (x.delivered_at IS NULL
+                                        OR x.delivered_at < v_now - compute.limit('node_command_redelivery_seconds') * interval '1 second')
+                                 ORDER BY x.created_at LIMIT compute.limit('commands_pending_per_node'))
+        RETURNING c.envelope, c.created_at)
+    SELECT coalesce(pg_catalog.jsonb_agg(d.envelope ORDER BY d.created_at), '[]') INTO v_commands FROM due AS d;
+    RETURN v_commands;
+END
+$$;
+COMMENT ON FUNCTION node_api.commands_due(uuid, bigint) IS 'Signed commands to deliver to the node now (at least once).';
+
+CREATE FUNCTION node_api.command_result(p_node_id uuid, p_epoch bigint, p_command_id uuid, p_status text, p_output text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    PERFORM compute.session_require(p_node_id, p_epoch);
+    IF p_status IS NULL OR p_status NOT IN ('succeeded', 'failed', 'unsupported') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid command status %L', p_status),
+            'Use succeeded, failed or unsupported.');
+    END IF;
+    -- The first result wins; a repeated one (at-least-once delivery) changes nothing.
+    UPDATE compute.node_commands
+       SET state = p_status, finished_at = compute.compute_now(),
+           output = pg_catalog.left(p_output, compute.limit('command_output_bytes')::integer)
+     WHERE command_id = p_command_id AND node_id = p_node_id AND state = 'pending';
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION node_api.command_result(uuid, bigint, uuid, text, text) IS 'A command''s result (the first one counts; output bounded).';
+
+COMMIT;

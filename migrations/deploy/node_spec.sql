@@ -1,0 +1,236 @@
+-- Deploy better_compute:node_spec to pg
+-- Snapshot of sql/610_node_spec.sql when this change was planned.
+
+BEGIN;
+
+-- Desired state of a node (DESIGN §8, P2): node_specs holds the spec document (per device, the
+-- reservation holding it now and the CDI names to expose) and its generation. The generation is
+-- bumped by triggers when what the node should look like changes: a booking of the node becomes
+-- or stops being active now, a device's layout changes, the node's inventory (its MIG instances)
+-- changes; a periodic tick catches bookings that start or end by time passing. The daemon
+-- converges level-triggered and reports observed_generation and conditions.
+--
+-- Intent going down is signed by the control plane, not by the gateway (P14): a refresh that
+-- changes the spec pokes work 'node.spec.sign'; the worker signs the document with its Ed25519
+-- intent key and stores the envelope; gateways relay only signed envelopes.
+SET LOCAL ROLE bc_owner;
+
+CREATE TABLE compute.node_specs (
+    node_id             uuid PRIMARY KEY REFERENCES compute.nodes ON DELETE CASCADE,
+    generation          bigint NOT NULL CHECK (generation > 0),
+    spec                jsonb NOT NULL,
+    changed_at          timestamptz NOT NULL,
+    envelope            jsonb,
+    signed_generation   bigint,
+    observed_generation bigint,
+    observed_at         timestamptz,
+    conditions          jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(conditions) = 'array'),
+    CHECK (signed_generation <= generation),
+    CHECK (observed_generation <= generation)
+);
+COMMENT ON TABLE compute.node_specs IS 'Desired state per node (spec + generation), its signed envelope, and what the node last reported.';
+
+CREATE FUNCTION compute.node_spec_document(p_node_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- What the node should expose at compute_now: each atom of an active booking that holds now.
+    RETURN (SELECT pg_catalog.jsonb_build_object('node_id', p_node_id, 'devices', coalesce(pg_catalog.jsonb_agg(
+                       pg_catalog.jsonb_build_object('device_uuid', d.uuid, 'index', d.index, 'kind', a.kind, 'profile', a.profile,
+                           'placement', a.placement, 'slot', a.slot, 'cdi_name', compute.atom_cdi_name(a.atom_id),
+                           'reservation_id', b.reservation_id, 'until', upper(b.during))
+                       ORDER BY d.index, a.placement, a.slot), '[]'))
+              FROM compute.bookings AS b
+              JOIN compute.atoms AS a ON a.atom_id = b.atom_id
+              JOIN compute.devices AS d ON d.device_id = b.device_id
+             WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> compute.compute_now());
+END
+$$;
+COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation.';
+
+CREATE FUNCTION compute.node_spec_refresh(p_node_id uuid)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the node's spec row first, then the document is computed by a later statement,
+-- whose snapshot (READ COMMITTED) sees every change committed before the lock was granted: two
+-- concurrent refreshes cannot store a document that misses the other's change.
+DECLARE
+    v_spec       compute.node_specs;
+    v_document   jsonb;
+    v_generation bigint;
+BEGIN
+    INSERT INTO compute.node_specs (node_id, generation, spec, changed_at)
+    VALUES (p_node_id, 1, pg_catalog.jsonb_build_object('node_id', p_node_id, 'devices', '[]'::jsonb), compute.compute_now())
+    ON CONFLICT (node_id) DO NOTHING;
+    SELECT * INTO v_spec FROM compute.node_specs AS s WHERE s.node_id = p_node_id FOR UPDATE;
+    v_document := compute.node_spec_document(p_node_id);
+    v_generation := v_spec.generation;
+    IF v_document IS DISTINCT FROM v_spec.spec THEN
+        UPDATE compute.node_specs SET generation = generation + 1, spec = v_document, changed_at = compute.compute_now()
+         WHERE node_id = p_node_id RETURNING generation INTO v_generation;
+    END IF;
+    IF v_spec.signed_generation IS DISTINCT FROM v_generation THEN
+        PERFORM compute.work_poke('node.spec.sign', p_node_id::text);
+    END IF;
+    RETURN v_generation;
+END
+$$;
+COMMENT ON FUNCTION compute.node_spec_refresh(uuid) IS 'Recompute a node''s spec; bump its generation when it changed and have the worker sign it.';
+
+-- -- triggers ---------------------------------------------------------------------------------------
+
+CREATE FUNCTION compute.node_spec_bookings_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- Only bookings active now change what a node exposes now (future ones: the tick, when they
+    -- start). One refresh per node, in node order (the same lock order in every transaction).
+    -- (Two statements: a transition table exists only for the event that has it.)
+    IF TG_OP = 'INSERT' THEN
+        PERFORM compute.node_spec_refresh(x.node_id)
+           FROM (SELECT DISTINCT c.node_id FROM changed_bookings AS c
+                  WHERE c.state = 'active' AND c.during @> compute.compute_now() ORDER BY c.node_id) AS x;
+    ELSE
+        PERFORM compute.node_spec_refresh(x.node_id)
+           FROM (SELECT DISTINCT c.node_id FROM changed_bookings AS c JOIN previous_bookings AS p USING (booking_id)
+                  WHERE (c.state = 'active' AND c.during @> compute.compute_now()
+                         OR p.state = 'active' AND p.during @> compute.compute_now())
+                    AND (c.state, c.during) IS DISTINCT FROM (p.state, p.during)
+                  ORDER BY c.node_id) AS x;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.node_spec_bookings_changed() IS 'Refresh the specs of nodes whose bookings active now changed.';
+CREATE TRIGGER bookings_node_spec_insert AFTER INSERT ON compute.bookings
+    REFERENCING NEW TABLE AS changed_bookings FOR EACH STATEMENT EXECUTE FUNCTION compute.node_spec_bookings_changed();
+CREATE TRIGGER bookings_node_spec_update AFTER UPDATE ON compute.bookings
+    REFERENCING OLD TABLE AS previous_bookings NEW TABLE AS changed_bookings
+    FOR EACH STATEMENT EXECUTE FUNCTION compute.node_spec_bookings_changed();
+
+CREATE FUNCTION compute.node_spec_node_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- A device's layout or the node's inventory (its MIG instances, hence CDI names) changed.
+    PERFORM compute.node_spec_refresh(NEW.node_id);
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.node_spec_node_changed() IS 'Refresh a node''s spec when a layout or its inventory changed.';
+CREATE TRIGGER devices_node_spec AFTER UPDATE OF layout ON compute.devices
+    FOR EACH ROW EXECUTE FUNCTION compute.node_spec_node_changed();
+CREATE TRIGGER nodes_node_spec AFTER INSERT OR UPDATE OF inventory ON compute.nodes
+    FOR EACH ROW EXECUTE FUNCTION compute.node_spec_node_changed();
+
+-- -- the tick and the reconciler --------------------------------------------------------------------
+
+CREATE FUNCTION compute.node_specs_tick()
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now     timestamptz := compute.compute_now();
+    v_changed integer := 0;
+    v_node_id uuid;
+BEGIN
+    -- Time passing changes specs without a row changing: bookings that started or ended within
+    -- the last node_spec_tick_window_seconds (the tick runs far more often than that).
+    FOR v_node_id IN
+        SELECT DISTINCT b.node_id FROM compute.bookings AS b
+         WHERE b.state = 'active'
+           AND (lower(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]')
+             OR upper(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]'))
+         ORDER BY b.node_id LIMIT compute.limit('sweep_batch')
+    LOOP
+        IF compute.node_spec_document(v_node_id) IS DISTINCT FROM (SELECT s.spec FROM compute.node_specs AS s WHERE s.node_id = v_node_id) THEN
+            PERFORM compute.node_spec_refresh(v_node_id);
+            v_changed := v_changed + 1;
+        END IF;
+    END LOOP;
+    RETURN v_changed;
+END
+$$;
+COMMENT ON FUNCTION compute.node_specs_tick() IS 'Sweep: refresh the specs of nodes whose bookings started or ended by time passing.';
+
+CREATE FUNCTION compute.node_specs_lagging()
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    -- The reconciler (level-triggered): signed specs that connected nodes have not confirmed
+    -- within node_spec_resend_seconds are poked to their gateways again.
+    SELECT count(pg_catalog.pg_notify('bc_node_spec', s.node_id::text)) INTO v_count
+      FROM compute.node_specs AS s JOIN compute.node_sessions AS n ON n.node_id = s.node_id
+     WHERE n.closed_at IS NULL AND s.signed_generation IS NOT NULL
+       AND s.observed_generation IS DISTINCT FROM s.signed_generation
+       AND s.changed_at < compute.compute_now() - compute.limit('node_spec_resend_seconds') * interval '1 second';
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION compute.node_specs_lagging() IS 'Reconciler: poke gateways again for connected nodes whose observed generation lags.';
+
+-- -- signing (worker) and the node side (gateway) ---------------------------------------------------
+
+CREATE FUNCTION worker_api.node_spec_to_sign(p_node_id uuid)
+RETURNS TABLE (generation bigint, spec jsonb)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
+    SELECT s.generation, s.spec FROM compute.node_specs AS s
+     WHERE s.node_id = p_node_id AND s.signed_generation IS DISTINCT FROM s.generation
+$$;
+COMMENT ON FUNCTION worker_api.node_spec_to_sign(uuid) IS 'The spec the worker must sign (none when the newest is signed).';
+
+CREATE FUNCTION worker_api.node_spec_signed(p_node_id uuid, p_generation bigint, p_envelope jsonb)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    -- Only the newest generation is stored: a signature of an older one (a slow worker) is dropped.
+    UPDATE compute.node_specs SET envelope = p_envelope, signed_generation = p_generation
+     WHERE node_id = p_node_id AND generation = p_generation;
+    IF FOUND THEN
+        PERFORM pg_catalog.pg_notify('bc_node_spec', p_node_id::text);
+    END IF;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION worker_api.node_spec_signed(uuid, bigint, jsonb) IS 'Store a signed spec envelope (the newest generation only) and poke gateways.';
+
+CREATE FUNCTION node_api.spec_get(p_node_id uuid, p_epoch bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    PERFORM compute.session_require(p_node_id, p_epoch);
+    RETURN (SELECT pg_catalog.jsonb_build_object('generation', s.signed_generation, 'envelope', s.envelope)
+              FROM compute.node_specs AS s WHERE s.node_id = p_node_id AND s.envelope IS NOT NULL);
+END
+$$;
+COMMENT ON FUNCTION node_api.spec_get(uuid, bigint) IS 'The node''s newest signed spec envelope (under its current session).';
+
+CREATE FUNCTION node_api.spec_observed(p_node_id uuid, p_epoch bigint, p_generation bigint, p_conditions jsonb)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    PERFORM compute.session_require(p_node_id, p_epoch);
+    IF p_conditions IS NULL OR pg_catalog.jsonb_typeof(p_conditions) <> 'array'
+       OR pg_catalog.octet_length(p_conditions::text) > compute.limit('node_message_bytes') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'conditions are a bounded JSON array', 'Send [] when all is well.');
+    END IF;
+    -- Observed only ever moves forward, and never past what was signed for the node.
+    UPDATE compute.node_specs
+       SET observed_generation = greatest(observed_generation, p_generation), observed_at = compute.compute_now(), conditions = p_conditions
+     WHERE node_id = p_node_id AND p_generation <= signed_generation;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('generation %s was never sent to node %s', p_generation, p_node_id),
+            'Report the generation of the spec you applied.');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION node_api.spec_observed(uuid, bigint, bigint, jsonb) IS 'The node applied a spec generation; its conditions.';
+
+COMMIT;

@@ -1,0 +1,11 @@
+-- Verify better_compute:node_commands on pg
+
+BEGIN;
+
+SELECT 'worker_api.command_to_sign(uuid)'::regprocedure;
+SELECT 'worker_api.command_signed(uuid, jsonb)'::regprocedure;
+SELECT 'node_api.commands_due(uuid, bigint)'::regprocedure;
+SELECT 'node_api.command_result(uuid, bigint, uuid, text, text)'::regprocedure;
+SELECT * FROM compute.node_commands WHERE false;
+
+ROLLBACK;

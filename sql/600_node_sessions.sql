@@ -1,0 +1,176 @@
+-- Nodes joining and their sessions (DESIGN §8, §11; P3, P5, P6, P9). Gateways call node_api as
+-- role bc_gateway; they never call IAM (P7).
+--   join            a join token (single use, under concurrency: one UPDATE consumes it) and the
+--                   node's inventory adopt the node into the token's pool; the node's public key is
+--                   kept so that its signatures (and certificate renewals) can be checked
+--   session_open    a new session_epoch for the node: every later node write carries it, and a
+--                   write with an older epoch is FENCED (a second session fences the first)
+--   heartbeats      every session of one gateway in one statement per interval
+--   session_close   the session ends; nothing else changes (P6: disconnected is not dead)
+-- Connected is derived: a session that is open and was heard from within session_timeout_seconds.
+-- (compute.node_sessions is in sql/110_fleet.sql: ops.nodes shows it.)
+SET LOCAL ROLE bc_owner;
+
+CREATE TABLE compute.node_identities (
+    node_id    uuid PRIMARY KEY REFERENCES compute.nodes ON DELETE CASCADE,
+    public_key bytea NOT NULL CHECK (octet_length(public_key) BETWEEN 32 AND 1024),
+    token_id   uuid NOT NULL REFERENCES compute.join_tokens,
+    joined_at  timestamptz NOT NULL
+);
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo) and the token it used.';
+
+CREATE FUNCTION compute.node_join(p_token text, p_inventory jsonb, p_public_key bytea)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the token row (the UPDATE that consumes it), then what node_register locks.
+DECLARE
+    v_now     timestamptz := compute.compute_now();
+    v_token   compute.join_tokens;
+    v_node_id uuid;
+BEGIN
+    IF p_public_key IS NULL OR octet_length(p_public_key) NOT BETWEEN 32 AND 1024 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a joining node must present its public key', 'Send the DER of its key.');
+    END IF;
+    -- One statement consumes the token: of two concurrent joins, the second finds it used.
+    UPDATE compute.join_tokens SET state = 'used', used_at = v_now
+     WHERE token_sha256 = pg_catalog.sha256(pg_catalog.convert_to(coalesce(p_token, ''), 'UTF8'))
+       AND state = 'active' AND expires_at > v_now
+    RETURNING * INTO v_token;
+    IF NOT FOUND THEN  -- one answer for unknown, used, revoked and expired: no oracle for guessers
+        PERFORM compute.raise_error('ACCESS_DENIED', 'the join token is not valid',
+            'Mint a new one (joinTokens.create): a token works once, until it expires or is revoked.');
+    END IF;
+    PERFORM compute.inventory_validate(p_inventory);
+    v_node_id := compute.node_register(v_token.pool_id, p_inventory ->> 'hostname', p_inventory);
+    UPDATE compute.join_tokens SET used_by_node = v_node_id WHERE token_id = v_token.token_id;
+    INSERT INTO compute.node_identities (node_id, public_key, token_id, joined_at)
+    VALUES (v_node_id, p_public_key, v_token.token_id, v_now)
+    ON CONFLICT (node_id) DO UPDATE SET public_key = EXCLUDED.public_key, token_id = EXCLUDED.token_id, joined_at = EXCLUDED.joined_at;
+    RETURN pg_catalog.jsonb_build_object('node_id', v_node_id, 'pool_id', v_token.pool_id,
+        'site_id', (SELECT n.site_id FROM compute.nodes AS n WHERE n.node_id = v_node_id));
+END
+$$;
+COMMENT ON FUNCTION compute.node_join(text, jsonb, bytea) IS 'Adopt a node into its join token''s pool (the token is consumed once); keep its public key.';
+
+CREATE FUNCTION compute.session_require(p_node_id uuid, p_epoch bigint)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM compute.node_sessions AS s
+                    WHERE s.node_id = p_node_id AND s.epoch = p_epoch AND s.closed_at IS NULL) THEN
+        PERFORM compute.raise_error('FENCED', pg_catalog.format('session epoch %s of node %s is not current', p_epoch, p_node_id),
+            'A newer session of this node exists (or this one ended): close this connection.');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.session_require(uuid, bigint) IS 'FENCED unless the epoch is the node''s current open session.';
+
+CREATE FUNCTION compute.session_open(p_node_id uuid, p_gateway text)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now   timestamptz := compute.compute_now();
+    v_epoch bigint;
+BEGIN
+    PERFORM compute.node_get(p_node_id);
+    INSERT INTO compute.node_sessions AS s (node_id, epoch, gateway, opened_at, last_heard_at)
+    VALUES (p_node_id, 1, p_gateway, v_now, v_now)
+    ON CONFLICT (node_id) DO UPDATE
+        SET epoch = s.epoch + 1, gateway = EXCLUDED.gateway, opened_at = EXCLUDED.opened_at,
+            last_heard_at = EXCLUDED.last_heard_at, closed_at = NULL
+    RETURNING s.epoch INTO v_epoch;
+    RETURN v_epoch;
+END
+$$;
+COMMENT ON FUNCTION compute.session_open(uuid, text) IS 'Open a session: a new epoch, which fences every older one.';
+
+CREATE FUNCTION compute.sessions_heard(p_gateway text, p_node_ids uuid[], p_epochs bigint[])
+RETURNS uuid[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_fenced uuid[];
+BEGIN
+    IF cardinality(p_node_ids) IS DISTINCT FROM cardinality(p_epochs) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'one epoch per node', 'Send node ids and epochs in pairs.');
+    END IF;
+    -- One statement for every session of the gateway (P12: heartbeats are batched); sessions in
+    -- node_id order so that two gateways' batches lock rows in the same order.
+    UPDATE compute.node_sessions AS s SET last_heard_at = compute.compute_now()
+      FROM (SELECT b.node_id, b.epoch FROM unnest(p_node_ids, p_epochs) AS b(node_id, epoch) ORDER BY b.node_id) AS b
+     WHERE s.node_id = b.node_id AND s.epoch = b.epoch AND s.closed_at IS NULL;
+    SELECT coalesce(pg_catalog.array_agg(b.node_id), '{}') INTO v_fenced
+      FROM unnest(p_node_ids, p_epochs) AS b(node_id, epoch)
+     WHERE NOT EXISTS (SELECT 1 FROM compute.node_sessions AS s
+                        WHERE s.node_id = b.node_id AND s.epoch = b.epoch AND s.closed_at IS NULL);
+    RETURN v_fenced;
+END
+$$;
+COMMENT ON FUNCTION compute.sessions_heard(text, uuid[], bigint[]) IS 'Heartbeats of a gateway''s sessions, in one statement; answers the fenced ones (to close).';
+
+CREATE FUNCTION compute.session_close(p_node_id uuid, p_epoch bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- Only the session's own epoch closes it; nothing else about the node changes (P6).
+    UPDATE compute.node_sessions SET closed_at = compute.compute_now()
+     WHERE node_id = p_node_id AND epoch = p_epoch AND closed_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION compute.session_close(uuid, bigint) IS 'End a session (its epoch only); changes nothing else (P6).';
+
+CREATE FUNCTION compute.node_connection(p_node_id uuid)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    -- Connected and the age since last heard (P9: an age, from compute_now, not a node's clock).
+    SELECT pg_catalog.jsonb_build_object(
+        'connected', coalesce(s.closed_at IS NULL
+                              AND s.last_heard_at > compute.compute_now() - compute.limit('session_timeout_seconds') * interval '1 second', false),
+        'last_heard_seconds', round(extract(epoch FROM compute.compute_now() - s.last_heard_at)::numeric, 1),
+        'session_epoch', s.epoch, 'gateway', s.gateway)
+      FROM (SELECT 1) AS one LEFT JOIN compute.node_sessions AS s ON s.node_id = p_node_id;
+$$;
+COMMENT ON FUNCTION compute.node_connection(uuid) IS 'Connected (open session heard within session_timeout_seconds) and the age since last heard.';
+
+-- -- node_api (bc_gateway) --------------------------------------------------------------------------
+
+CREATE FUNCTION node_api.join(p_token text, p_inventory jsonb, p_public_key bytea) RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.node_join(p_token, p_inventory, p_public_key) $$;
+COMMENT ON FUNCTION node_api.join(text, jsonb, bytea) IS 'A node joins with its token, inventory and public key; answers its node id.';
+
+CREATE FUNCTION node_api.node_public_key(p_node_id uuid) RETURNS bytea
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
+    SELECT i.public_key FROM compute.node_identities AS i WHERE i.node_id = p_node_id
+$$;
+COMMENT ON FUNCTION node_api.node_public_key(uuid) IS 'The public key a node joined with (to check its signatures).';
+
+CREATE FUNCTION node_api.session_open(p_node_id uuid, p_gateway text) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.session_open(p_node_id, p_gateway) $$;
+COMMENT ON FUNCTION node_api.session_open(uuid, text) IS 'A new session epoch for the node (fences older sessions).';
+
+CREATE FUNCTION node_api.heartbeats(p_gateway text, p_node_ids uuid[], p_epochs bigint[]) RETURNS uuid[]
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.sessions_heard(p_gateway, p_node_ids, p_epochs) $$;
+COMMENT ON FUNCTION node_api.heartbeats(text, uuid[], bigint[]) IS 'One statement per interval per gateway; answers the fenced sessions.';
+
+CREATE FUNCTION node_api.session_close(p_node_id uuid, p_epoch bigint) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.session_close(p_node_id, p_epoch) $$;
+COMMENT ON FUNCTION node_api.session_close(uuid, bigint) IS 'The session ended (nothing else changes).';
+
+CREATE FUNCTION node_api.inventory_report(p_node_id uuid, p_epoch bigint, p_inventory jsonb) RETURNS uuid
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    PERFORM compute.session_require(p_node_id, p_epoch);
+    IF p_inventory ->> 'hostname' IS DISTINCT FROM (SELECT n.name FROM compute.nodes AS n WHERE n.node_id = p_node_id) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the inventory names another host',
+            'A node reports its own inventory; a renamed host joins again with a new token.');
+    END IF;
+    RETURN compute.node_register((SELECT n.pool_id FROM compute.nodes AS n WHERE n.node_id = p_node_id), p_inventory ->> 'hostname', p_inventory);
+END
+$$;
+COMMENT ON FUNCTION node_api.inventory_report(uuid, bigint, jsonb) IS 'A node''s inventory, under its current session (FENCED otherwise).';
