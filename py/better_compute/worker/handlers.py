@@ -36,6 +36,8 @@ def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: Audit
         "work.prune": sweep(db, "worker_api.work_prune"),
         "reservations.expire": batched_sweep(db, "worker_api.reservations_expire"),
         "admissions.expire": batched_sweep(db, "worker_api.admissions_expire"),
+        "node_specs.tick": batched_sweep(db, "worker_api.node_specs_tick"),
+        "node_specs.resend": sweep(db, "worker_api.node_specs_resend"),
         "nodes.drains": sweep(db, "worker_api.node_drains_complete"),
         "outbox.fan_out": batched_sweep(db, "worker_api.webhooks_fan_out"),
         "outbox.prune": sweep(db, "worker_api.outbox_prune"),
