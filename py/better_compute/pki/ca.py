@@ -1,0 +1,152 @@
+"""The control plane's node CA: it signs X.509-SVIDs for nodes that joined (DESIGN §11).
+
+Signing goes through the CertificateSigner port, so an HSM, a cloud KMS or a managed CA can take
+the place of the embedded key file (`CertificateAuthority`). Whatever signs, the decisions are made
+here: the CSR is checked (csr.read_csr), the SPIFFE ID, validity and profile come from the control
+plane, and the certificate that comes back is verified against the request before anyone sees it.
+
+Renewal takes the node id from the certificate the node presents (verified here), never from the
+request: a node can renew itself and nobody else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+from uuid import UUID
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from better_compute.pki.csr import read_csr
+from better_compute.pki.identity import SCHEME, NodeIdentity, check_trust_domain, node_identity
+from better_compute.pki.keys import (CERTIFICATE_CURVE, PkiError, check_certificate_key, create_file_once,
+                                     load_or_create_private_key)
+from better_compute.pki.svid import BACKDATE, DEFAULT_LIFETIME, ca_trust_domain, svid_validity, utc_seconds, verify_svid
+
+CA_LIFETIME = timedelta(days=3650)
+CA_NAME = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Better Compute node CA")])
+
+
+@dataclass(frozen=True)
+class SvidRequest:
+    """What a signer is asked to certify: the (checked) CSR's key under the node's SPIFFE ID, for
+    exactly this period. The CSR itself is passed on for signers (managed CAs) that want it."""
+
+    csr: x509.CertificateSigningRequest
+    identity: NodeIdentity
+    not_before: datetime
+    not_after: datetime
+
+
+class CertificateSigner(Protocol):
+    @property
+    def certificate(self) -> x509.Certificate:
+        """The CA certificate SVIDs chain to: the trust bundle of its trust domain (ca_trust_domain)."""
+
+    def issue(self, request: SvidRequest) -> x509.Certificate:
+        """An X.509-SVID (svid.py's profile) for the request's key, SPIFFE ID and validity period."""
+
+
+class CertificateAuthority:
+    """The embedded signer: an ECDSA P-256 key in a PEM file (created, mode 0600, when missing) and
+    its self-signed CA certificate in a file next to it (created when missing)."""
+
+    def __init__(self, key: ec.EllipticCurvePrivateKey, certificate: x509.Certificate):
+        if certificate.public_key() != key.public_key():
+            raise PkiError("the CA certificate is not the certificate of the CA key")
+        self.key = key
+        self.certificate = certificate
+
+    @classmethod
+    def open(cls, key_path: Path | str, trust_domain: str, now: datetime,
+             cert_path: Path | str | None = None) -> CertificateAuthority:
+        """The CA of `key_path`, its certificate at `cert_path` (default: the key's path with suffix .crt)."""
+        key_path = Path(key_path)
+        cert_path = key_path.with_suffix(".crt") if cert_path is None else Path(cert_path)
+        key = load_or_create_private_key(key_path, lambda: ec.generate_private_key(CERTIFICATE_CURVE()))
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise PkiError(f"{key_path} does not hold an ECDSA P-256 private key")
+        check_certificate_key(key.public_key())
+        if not cert_path.exists():
+            certificate = self_signed_ca_certificate(key, trust_domain, now)
+            create_file_once(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
+        certificate = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        if ca_trust_domain(certificate) != trust_domain:
+            raise PkiError(f"{cert_path} is the CA of trust domain {ca_trust_domain(certificate)}, not {trust_domain}")
+        return cls(key, certificate)
+
+    def issue(self, request: SvidRequest) -> x509.Certificate:
+        public_key = check_certificate_key(request.csr.public_key())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([]))
+            .issuer_name(self.certificate.subject)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(request.not_before)
+            .not_valid_after(request.not_after)
+            .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(request.identity.spiffe_id)]),
+                           critical=True)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(key_usage(digital_signature=True), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
+        )
+        return builder.sign(self.key, hashes.SHA256())
+
+
+def key_usage(*, digital_signature: bool = False, key_cert_sign: bool = False, crl_sign: bool = False) -> x509.KeyUsage:
+    return x509.KeyUsage(digital_signature=digital_signature, content_commitment=False, key_encipherment=False,
+                         data_encipherment=False, key_agreement=False, key_cert_sign=key_cert_sign,
+                         crl_sign=crl_sign, encipher_only=False, decipher_only=False)
+
+
+def self_signed_ca_certificate(key: ec.EllipticCurvePrivateKey, trust_domain: str, now: datetime) -> x509.Certificate:
+    """The root of a trust domain, itself a signing SVID (X.509-SVID §3.2): URI SAN `spiffe://{trust-domain}`,
+    cA true with no CA below it, keyCertSign and cRLSign."""
+    public_key = key.public_key()
+    start = utc_seconds(now) - BACKDATE
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(CA_NAME)
+        .issuer_name(CA_NAME)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + CA_LIFETIME)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(key_usage(key_cert_sign=True, crl_sign=True), critical=True)
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.UniformResourceIdentifier(f"{SCHEME}{check_trust_domain(trust_domain)}")]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+    )
+    return builder.sign(key, hashes.SHA256())
+
+
+def issue_svid(ca: CertificateSigner, csr_pem: str | bytes, node_id: UUID, now: datetime,
+               lifetime: timedelta = DEFAULT_LIFETIME) -> str:
+    """An SVID (PEM) for the node `node_id` and the key of its CSR, in the CA's trust domain."""
+    node_csr = read_csr(csr_pem)
+    identity = node_identity(ca_trust_domain(ca.certificate), node_id)
+    not_before, not_after = svid_validity(now, lifetime)
+    certificate = ca.issue(SvidRequest(node_csr.csr, identity, not_before, not_after))
+    # The signer is a port: what it returns is checked to be exactly the SVID asked for.
+    if (verify_svid(ca.certificate, certificate, now) != identity or certificate.public_key() != node_csr.public_key
+            or (certificate.not_valid_before_utc, certificate.not_valid_after_utc) != (not_before, not_after)):
+        raise PkiError("the CA signer returned another certificate than the SVID it was asked for")
+    return certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
+
+
+def renew_svid(ca: CertificateSigner, presented: x509.Certificate, csr_pem: str | bytes, now: datetime,
+               lifetime: timedelta = DEFAULT_LIFETIME) -> str:
+    """A new SVID for the node that presented `presented` (a valid SVID of this CA at `now`) and the
+    key of its new CSR (the same key or a new one)."""
+    identity = verify_svid(ca.certificate, presented, now)
+    return issue_svid(ca, csr_pem, identity.node_id, now, lifetime)

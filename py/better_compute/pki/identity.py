@@ -1,0 +1,78 @@
+"""SPIFFE IDs of nodes: `spiffe://{trust-domain}/node/{node_id}` (DESIGN §11).
+
+The SPIFFE ID in an SVID's one URI SAN is the node's whole identity: nothing else in a certificate
+(its subject, a DNS name) names a node. IDs are parsed strictly, in their one canonical spelling
+(lowercase trust domain, lowercase hyphenated UUID), so that two spellings never name one node.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from uuid import UUID
+
+from cryptography import x509
+
+from better_compute.pki.keys import PkiError
+
+SCHEME = "spiffe://"
+NODE_PATH = "node"
+TRUST_DOMAIN_CHARS_MAX = 253
+# Lowercase DNS labels: a subset of what SPIFFE allows in a trust domain ([a-z0-9._-]).
+TRUST_DOMAIN = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*")
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    trust_domain: str
+    node_id: UUID
+
+    @property
+    def spiffe_id(self) -> str:
+        return f"{SCHEME}{self.trust_domain}/{NODE_PATH}/{self.node_id}"
+
+
+def check_trust_domain(trust_domain: str) -> str:
+    if len(trust_domain) > TRUST_DOMAIN_CHARS_MAX or not TRUST_DOMAIN.fullmatch(trust_domain):
+        raise PkiError(f"trust domain {trust_domain!r:.300} is not lowercase DNS labels joined by dots "
+                       f"(at most {TRUST_DOMAIN_CHARS_MAX} characters)")
+    return trust_domain
+
+
+def node_identity(trust_domain: str, node_id: UUID) -> NodeIdentity:
+    if not isinstance(node_id, UUID):
+        raise PkiError(f"a node id is a UUID, not {type(node_id).__name__}")
+    return NodeIdentity(check_trust_domain(trust_domain), node_id)
+
+
+def parse_node_spiffe_id(uri: str) -> NodeIdentity:
+    """The node a SPIFFE ID names; anything but `spiffe://{trust-domain}/node/{uuid}` is refused."""
+    if not uri.startswith(SCHEME):
+        raise PkiError(f"{uri!r:.300} is not a SPIFFE ID")
+    parts = uri[len(SCHEME):].split("/")
+    if len(parts) != 3 or parts[1] != NODE_PATH:
+        raise PkiError(f"{uri!r:.300} is not a node's SPIFFE ID ({SCHEME}{{trust-domain}}/{NODE_PATH}/{{uuid}})")
+    trust_domain, _, node_text = parts
+    try:
+        node_id = UUID(node_text)
+    except ValueError:
+        raise PkiError(f"{uri!r:.300}: {node_text!r} is not a UUID") from None
+    if str(node_id) != node_text:
+        raise PkiError(f"{uri!r:.300}: the node id is not written as a lowercase hyphenated UUID")
+    return node_identity(trust_domain, node_id)
+
+
+def uri_sans(cert: x509.Certificate) -> list[str]:
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return names.get_values_for_type(x509.UniformResourceIdentifier)
+
+
+def spiffe_id_of(cert: x509.Certificate) -> NodeIdentity:
+    """The node a certificate names, read (not verified: see svid.verify_svid) from its one URI SAN."""
+    uris = uri_sans(cert)
+    if len(uris) != 1:
+        raise PkiError(f"an SVID has exactly one URI SAN, this certificate has {len(uris)}")
+    return parse_node_spiffe_id(uris[0])
