@@ -1,0 +1,49 @@
+"""Inventory drivers: how bcd learns what GPUs its node has (the inventory document, DESIGN §17 and
+docs/inventory.md) and which processes use them.
+
+Two real drivers read the same facts through different doors, so a node can use whichever its
+driver installation offers: `nvidia-smi` parses the tool's output, `nvml` asks the library directly.
+Both only read; neither changes a GPU setting. `fake` serves a recorded document, so that tests and
+demos can run many daemons on a machine without a GPU. Each is a module of its own, imported only
+when chosen: the nvml driver needs nvidia-ml-py, which a CI machine need not have.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+DRIVERS = {"nvidia-smi": "nvidia_smi", "nvml": "nvml", "fake": "fake"}
+
+
+class InventoryError(RuntimeError):
+    """The driver could not read the GPUs (tool missing, timed out, failed, or printed something
+    it cannot parse). The daemon reports it as a node condition and tries again later."""
+
+
+@runtime_checkable
+class InventoryDriver(Protocol):
+    """What the daemon needs from a driver."""
+
+    def collect(self) -> dict[str, Any]:
+        """The node's inventory document (version 1)."""
+        ...
+
+    def processes(self) -> list[dict[str, Any]]:
+        """The processes using a GPU now, for `drain_processes`: `pid`, `gpu_uuid`,
+        `used_memory_mib` (null where the driver cannot tell), and `gi`/`ci` (the MIG instance the
+        process runs in, null outside MIG), so a drain can spare other tenants' MIG instances."""
+        ...
+
+    def reboot(self) -> None:
+        """Reboot the node (the `reboot` command). A driver owns it so that a fake node records the
+        request instead of rebooting the machine that runs the tests."""
+        ...
+
+
+def driver(name: str, **options: Any) -> InventoryDriver:
+    """The driver called `name` (nvidia-smi, nvml, fake), made with the options its class takes."""
+    if name not in DRIVERS:
+        raise ValueError(f"unknown inventory driver {name!r}; use one of {', '.join(DRIVERS)}")
+    module = importlib.import_module(f"{__name__}.{DRIVERS[name]}")
+    return module.Driver(**options)

@@ -1,0 +1,62 @@
+"""The fake driver: a recorded inventory document served as if read from GPUs, for tests and demos.
+
+Given a hostname, it becomes that host's document: every GPU (and MIG device) gets a uuid derived
+from the hostname, so three fake daemons started from one capture are three nodes with distinct
+GPUs, as the control plane requires. The derivation is tests/fleet.py's, so a fake daemon's GPUs
+are the ones the Python tests register for the same hostname. It never touches the machine: a
+reboot is counted and shows as a new boot id, which is how the control plane sees one end.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def derived_uuid(*parts: object) -> uuid.UUID:
+    """A stable uuid named by its parts (md5 of 'part/part/…')."""
+    return uuid.UUID(hashlib.md5("/".join(map(str, parts)).encode()).hexdigest())
+
+
+def gpu_uuid(hostname: str, index: int) -> str:
+    """The uuid of GPU `index` on fake host `hostname`."""
+    return f"GPU-{derived_uuid(hostname, index)}"
+
+
+def as_host(document: dict[str, Any], hostname: str) -> dict[str, Any]:
+    """`document` as host `hostname` would report it: its name, and uuids of its own."""
+    result = copy.deepcopy(document) | {"hostname": hostname}
+    renamed = {device["uuid"]: gpu_uuid(hostname, device["index"]) for device in result["devices"]}
+    for device in result["devices"]:
+        device["uuid"] = renamed[device["uuid"]]
+        device["nvlink_peers"] = [renamed.get(peer, peer) for peer in device.get("nvlink_peers", [])]
+        for instance in device.get("mig", {}).get("instances", []):
+            instance["uuid"] = f"MIG-{derived_uuid(hostname, device['index'], instance['gi'], instance['ci'])}"
+    return result
+
+
+class Driver:
+    """Serves the inventory document recorded in `path` (JSON), as `hostname` when given, and
+    `processes` as the GPU processes."""
+
+    def __init__(self, path: str | Path, hostname: str | None = None,
+                 processes: list[dict[str, Any]] | None = None) -> None:
+        recorded = json.loads(Path(path).read_text(encoding="utf-8"))
+        self._document = recorded if hostname is None else as_host(recorded, hostname)
+        self._processes = list(processes or [])
+        self.reboots = 0
+
+    def collect(self) -> dict[str, Any]:
+        return copy.deepcopy(self._document)
+
+    def processes(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self._processes)
+
+    def reboot(self) -> None:
+        """Count the reboot and come back with a new boot id, as the rebooted machine would."""
+        self.reboots += 1
+        self._document["boot_id"] = str(derived_uuid(self._document["hostname"], "boot", self.reboots))

@@ -1,0 +1,243 @@
+"""The nvidia-smi driver: the inventory from the output of `nvidia-smi`, read-only queries only.
+
+`-q -x` (XML) gives each GPU's identity, memory, MIG mode, MIG devices, ECC counters and processes;
+`topo -m` its NVLink peers and NUMA node; `mig -lgip` the MIG profiles (name, id, memory, SMs) and
+`mig -lgipp` their legal placements in memory slices. Where MIG is enabled, `mig -lgi` places each
+GPU instance and `-L` names each MIG device's UUID. Each output has a pure parser below, tested on
+real captures; the driver only runs the commands (through Host.run) and joins what they say.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from typing import Any
+
+from better_compute.daemon.drivers import InventoryError
+from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile, Process, inventory_document,
+                                                    without_mig_prefix)
+from better_compute.daemon.drivers.host import Host
+
+
+@dataclass(frozen=True)
+class QueriedGpu:
+    """One <gpu> of `nvidia-smi -q -x`; `index` is its position, which is nvidia-smi's index."""
+
+    uuid: str
+    index: int
+    pci_bus_id: str
+    model: str
+    memory_mib: int
+    minor: int | None
+    mig_supported: bool
+    mig_enabled: bool
+    mig_devices: tuple[tuple[int, int, int], ...]  # (MIG device index, gi, ci)
+    ecc_uncorrected: int
+    processes: tuple[Process, ...]
+
+
+@dataclass(frozen=True)
+class Query:
+    """What `nvidia-smi -q -x` says."""
+
+    driver_version: str
+    cuda_version: str
+    gpus: tuple[QueriedGpu, ...]
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One GPU's row of `nvidia-smi topo -m`."""
+
+    nvlink_peers: tuple[int, ...]  # indexes of the GPUs it reaches over NVLink
+    numa_node: int | None  # the "GPU NUMA ID" column; null where N/A or where the driver has no such column
+
+
+def _value(element: ElementTree.Element, path: str) -> str | None:
+    """The text at `path`, or None where it is absent or N/A."""
+    found = element.find(path)
+    text = None if found is None or found.text is None else found.text.strip()
+    return None if text in (None, "", "N/A") else text
+
+
+def _required(element: ElementTree.Element, path: str) -> str:
+    text = _value(element, path)
+    if text is None:
+        raise InventoryError(f"nvidia-smi -q -x: <{element.tag}> has no {path}")
+    return text
+
+
+def _number(element: ElementTree.Element, path: str, unit: str = "") -> int | None:
+    """The number at `path` ('143771 MiB' with unit 'MiB' -> 143771), or None where absent or N/A."""
+    text = _value(element, path)
+    return None if text is None else int(text.removesuffix(unit))
+
+
+def parse_query_xml(text: str) -> Query:
+    """Parse `nvidia-smi -q -x`."""
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as error:
+        raise InventoryError(f"nvidia-smi -q -x printed no XML: {error}") from error
+    return Query(driver_version=_required(root, "driver_version"), cuda_version=_required(root, "cuda_version"),
+                 gpus=tuple(_queried_gpu(index, gpu) for index, gpu in enumerate(root.iterfind("gpu"))))
+
+
+def _queried_gpu(index: int, gpu: ElementTree.Element) -> QueriedGpu:
+    uuid = _required(gpu, "uuid")
+    current_mig = _value(gpu, "mig_mode/current_mig")
+    return QueriedGpu(
+        uuid=uuid, index=index, pci_bus_id=_required(gpu, "pci/pci_bus_id"), model=_required(gpu, "product_name"),
+        memory_mib=int(_required(gpu, "fb_memory_usage/total").removesuffix("MiB")), minor=_number(gpu, "minor_number"),
+        mig_supported=current_mig is not None, mig_enabled=current_mig == "Enabled",
+        mig_devices=tuple((int(_required(device, "index")), int(_required(device, "gpu_instance_id")),
+                           int(_required(device, "compute_instance_id")))
+                          for device in gpu.iterfind("mig_devices/mig_device")),
+        # Volatile counters (since the driver loaded), as NVML's total: DRAM and SRAM, whichever
+        # the XML version splits them into; N/A (ECC off or absent) counts as none.
+        ecc_uncorrected=sum(int(counter.text) for counter in gpu.iterfind("ecc_errors/volatile/*")
+                            if "uncorrectable" in counter.tag and (counter.text or "").strip().isdigit()),
+        processes=tuple(Process(pid=int(_required(process, "pid")), gpu_uuid=uuid,
+                                used_memory_mib=_number(process, "used_memory", "MiB"),
+                                gi=_number(process, "gpu_instance_id"), ci=_number(process, "compute_instance_id"))
+                        for process in gpu.iterfind("processes/process_info")),
+    )
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _cells(line: str) -> list[str]:
+    """A `topo -m` line's cells: tab-separated as printed, or whitespace-separated as often pasted."""
+    return [cell.strip() for cell in line.split("\t")] if "\t" in line else line.split()
+
+
+def parse_topology(text: str) -> dict[int, Topology]:
+    """Parse `nvidia-smi topo -m` into each GPU's NVLink peers (cells `NV<links>`) and GPU NUMA id.
+
+    Rows can hold more cells than the header (nvidia-smi pads before `GPU NUMA ID`), so GPU
+    columns are read from the left and the NUMA id from the right."""
+    lines = [_ANSI.sub("", line) for line in text.splitlines()]
+    header = next((line for line in lines if re.search(r"\bGPU0\b", line) and not line.startswith("GPU")), None)
+    if header is None:
+        raise InventoryError("nvidia-smi topo -m printed no GPU header")
+    columns = [int(cell[3:]) for cell in _cells(header) if re.fullmatch(r"GPU\d+", cell)]
+    numa_column = "GPU NUMA ID" in header
+    topology = {}
+    for line in lines:
+        cells = _cells(line)
+        if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
+            continue
+        links = cells[1:1 + len(columns)]
+        numa = cells[-1] if numa_column else "N/A"
+        topology[int(cells[0][3:])] = Topology(
+            nvlink_peers=tuple(peer for peer, link in zip(columns, links) if link.startswith("NV")),
+            numa_node=None if numa == "N/A" else int(numa))
+    return topology
+
+
+_PROFILE_ROW = re.compile(
+    r"^\|\s*(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+\d+/\d+\s+(?P<gib>[\d.]+)\s+\S+\s+(?P<sm>\d+)\s")
+_PLACEMENTS_ROW = re.compile(
+    r"^GPU\s+(?P<gpu>\d+)\s+Profile ID\s+(?P<id>\d+)\s+Placements?\s*:\s*\{(?P<starts>[\d,]*)\}:(?P<size>\d+)")
+
+
+def parse_mig_profiles(lgip: str, lgipp: str) -> dict[int, tuple[MigProfile, ...]]:
+    """Each GPU's MIG profiles, by GPU index: name, id, memory and SMs from `nvidia-smi mig -lgip`,
+    legal placements and their width in memory slices from `nvidia-smi mig -lgipp`. A profile
+    without a placement line cannot be laid out and is left out."""
+    placements = {}
+    for line in lgipp.splitlines():
+        if found := _PLACEMENTS_ROW.match(line.strip()):
+            placements[int(found["gpu"]), int(found["id"])] = (
+                tuple(int(start) for start in found["starts"].split(",") if start), int(found["size"]))
+    profiles: dict[int, list[MigProfile]] = {}
+    for line in lgip.splitlines():
+        found = _PROFILE_ROW.match(line)
+        if found is None or (int(found["gpu"]), int(found["id"])) not in placements:
+            continue
+        starts, size = placements[int(found["gpu"]), int(found["id"])]
+        profiles.setdefault(int(found["gpu"]), []).append(MigProfile(
+            name=without_mig_prefix(found["name"]), id=int(found["id"]), slices=size,
+            # -lgip prints GiB with two decimals, which MIG memory sizes (multiples of 256 MiB) fill exactly.
+            memory_mib=round(float(found["gib"]) * 1024), sm=int(found["sm"]), placements=starts))
+    return {gpu: tuple(found) for gpu, found in profiles.items()}
+
+
+_INSTANCE_ROW = re.compile(
+    r"^\|\s*(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<profile>\d+)\s+(?P<gi>\d+)\s+(?P<start>\d+):(?P<size>\d+)\s*\|")
+
+
+def parse_gpu_instances(text: str) -> dict[tuple[int, int], tuple[str, int]]:
+    """`nvidia-smi mig -lgi`: (GPU index, GPU instance id) -> (profile name, placement start)."""
+    return {(int(found["gpu"]), int(found["gi"])): (without_mig_prefix(found["name"]), int(found["start"]))
+            for found in map(_INSTANCE_ROW.match, text.splitlines()) if found}
+
+
+_GPU_LINE = re.compile(r"^GPU (?P<gpu>\d+):")
+_MIG_LINE = re.compile(r"^\s+MIG\s+\S+\s+Device\s+(?P<device>\d+):\s+\(UUID:\s+(?P<uuid>MIG-[^)\s]+)\)")
+
+
+def parse_mig_uuids(text: str) -> dict[tuple[int, int], str]:
+    """`nvidia-smi -L`: (GPU index, MIG device index) -> MIG UUID."""
+    uuids, gpu = {}, None
+    for line in text.splitlines():
+        if found := _GPU_LINE.match(line):
+            gpu = int(found["gpu"])
+        elif (found := _MIG_LINE.match(line)) and gpu is not None:
+            uuids[gpu, int(found["device"])] = found["uuid"]
+    return uuids
+
+
+def mig_instances(gpu: QueriedGpu, placed: dict[tuple[int, int], tuple[str, int]],
+                  uuids: dict[tuple[int, int], str]) -> tuple[MigInstance, ...]:
+    """A GPU's MIG devices (from -q -x) with the profile and placement of their GPU instance (-lgi)
+    and their UUID (-L, by MIG device index). A device missing from either was created or destroyed
+    between the commands: an InventoryError, and the next collection reads a settled state."""
+    try:
+        return tuple(MigInstance(profile=placed[gpu.index, gi][0], placement=placed[gpu.index, gi][1], gi=gi, ci=ci,
+                                 uuid=uuids[gpu.index, device])
+                     for device, gi, ci in gpu.mig_devices)
+    except KeyError as missing:
+        raise InventoryError(f"GPU {gpu.index}: MIG device {missing} changed while nvidia-smi was read") from None
+
+
+class Driver:
+    """Inventory through the nvidia-smi binary (`nvidia_smi`, found on PATH by default)."""
+
+    def __init__(self, host: Host | None = None, nvidia_smi: str = "nvidia-smi") -> None:
+        self._host = host or Host()
+        self._nvidia_smi = nvidia_smi
+
+    def _run(self, *arguments: str) -> str:
+        return self._host.run([self._nvidia_smi, *arguments])
+
+    def collect(self) -> dict[str, Any]:
+        query = parse_query_xml(self._run("-q", "-x"))
+        topology = parse_topology(self._run("topo", "-m"))
+        profiles = (parse_mig_profiles(self._run("mig", "-lgip"), self._run("mig", "-lgipp"))
+                    if any(gpu.mig_supported for gpu in query.gpus) else {})
+        if any(gpu.mig_enabled for gpu in query.gpus):
+            placed, uuids = parse_gpu_instances(self._run("mig", "-lgi")), parse_mig_uuids(self._run("-L"))
+        else:
+            placed, uuids = {}, {}
+        uuid_of = {gpu.index: gpu.uuid for gpu in query.gpus}
+        no_topology = Topology(nvlink_peers=(), numa_node=None)
+        gpus = [
+            Gpu(uuid=gpu.uuid, index=gpu.index, pci_bus_id=gpu.pci_bus_id, model=gpu.model, memory_mib=gpu.memory_mib,
+                minor=gpu.minor, numa_node=topology.get(gpu.index, no_topology).numa_node,
+                nvlink_peers=tuple(uuid_of[peer] for peer in topology.get(gpu.index, no_topology).nvlink_peers),
+                mig_supported=gpu.mig_supported, mig_enabled=gpu.mig_enabled, profiles=profiles.get(gpu.index, ()),
+                instances=mig_instances(gpu, placed, uuids), ecc_uncorrected=gpu.ecc_uncorrected)
+            for gpu in query.gpus
+        ]
+        return inventory_document(self._host, query.driver_version, query.cuda_version, gpus)
+
+    def processes(self) -> list[dict[str, Any]]:
+        return [dataclasses.asdict(process)
+                for gpu in parse_query_xml(self._run("-q", "-x")).gpus for process in gpu.processes]
+
+    def reboot(self) -> None:
+        self._host.reboot()

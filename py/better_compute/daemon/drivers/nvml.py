@@ -1,0 +1,218 @@
+"""The NVML driver: the inventory straight from the NVIDIA Management Library (nvidia-ml-py).
+
+Two layers. `snapshot(nvml)` is the only code that calls NVML: read-only queries (it never sets a
+MIG mode or any other setting), recorded as plain JSON in the shape of the dump in
+tests/fixtures/nvidia-h200/nvml.json. `document_from_snapshot` turns such a snapshot into the
+inventory document; it is pure, so CI tests it on the recorded dump, and the live layer, which
+needs a GPU, stays thin. `python -m better_compute.daemon.drivers.nvml` prints a snapshot, to
+record a fixture on a GPU node.
+
+A snapshot: {"driver": str, "cuda_driver_version": int (13000 for 13.0), "gpus": [{"index",
+"name", "uuid", "pci_bus_id", "memory_total" (bytes), "mig_mode" ([current, pending], 1 =
+enabled), "minor_number", "numa_node", "nvlink" (uuids of the GPUs it reaches over NVLink),
+"ecc_uncorrected" (volatile total), "gpu_instance_profiles": [{"profile" (NVML's profile
+constant), "id", "name", "slice_count", "instance_count", "multiprocessor_count", "memory_mib",
+"placements": [[start, size], …] (memory slices)}], "mig_devices": [{"index", "gi", "ci", "uuid",
+"profile_id", "placement": [start, size]}]}]}. A value NVML refuses is {"error", "msg"} instead
+(NVMLError_NotSupported for a NUMA node on a VM, for a profile the GPU lacks, for a MIG mode on a
+GPU without MIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+from better_compute.daemon.drivers import InventoryError
+from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile, Process, inventory_document,
+                                                    without_mig_prefix)
+from better_compute.daemon.drivers.host import Host
+
+MIB = 1 << 20
+NOT_AVAILABLE = 0xFFFFFFFF  # NVML's "no value" for a process's GPU/compute instance outside MIG
+MAX_PLACEMENTS = 32  # room for every placement NVML can list: there are at most 8 memory slices
+
+
+def failed(value: Any) -> bool:
+    """Whether a snapshot value is NVML's refusal rather than a value."""
+    return isinstance(value, dict) and "error" in value
+
+
+def cuda_version(driver_version: int) -> str:
+    """NVML's CUDA driver version as nvidia-smi prints it: 13000 -> '13.0', 12020 -> '12.2'."""
+    return f"{driver_version // 1000}.{driver_version % 1000 // 10}"
+
+
+def document_from_snapshot(snapshot: dict[str, Any], host: Host) -> dict[str, Any]:
+    """The inventory document an NVML snapshot describes, on `host`."""
+    return inventory_document(host, snapshot["driver"], cuda_version(snapshot["cuda_driver_version"]),
+                              [_gpu(gpu) for gpu in snapshot["gpus"]])
+
+
+def _gpu(gpu: dict[str, Any]) -> Gpu:
+    mig_mode, numa, ecc = gpu["mig_mode"], gpu["numa_node"], gpu["ecc_uncorrected"]
+    profiles = tuple(MigProfile(name=without_mig_prefix(profile["name"]), id=profile["id"],
+                                # A placement's size, not `slice_count` (compute slices): see MigProfile.
+                                slices=profile["placements"][0][1], memory_mib=profile["memory_mib"],
+                                sm=profile["multiprocessor_count"],
+                                placements=tuple(start for start, _ in profile["placements"]))
+                     for profile in gpu["gpu_instance_profiles"] if not failed(profile) and profile["placements"])
+    name_of = {profile.id: profile.name for profile in profiles}
+    return Gpu(
+        uuid=gpu["uuid"], index=gpu["index"], pci_bus_id=gpu["pci_bus_id"], model=gpu["name"],
+        memory_mib=gpu["memory_total"] // MIB, minor=None if failed(gpu["minor_number"]) else gpu["minor_number"],
+        numa_node=None if failed(numa) or numa < 0 else numa, nvlink_peers=tuple(gpu["nvlink"]),
+        mig_supported=not failed(mig_mode), mig_enabled=not failed(mig_mode) and mig_mode[0] == 1,
+        profiles=profiles,
+        instances=tuple(MigInstance(profile=name_of[device["profile_id"]], placement=device["placement"][0],
+                                    gi=device["gi"], ci=device["ci"], uuid=device["uuid"])
+                        for device in gpu["mig_devices"]),
+        ecc_uncorrected=0 if failed(ecc) else ecc)
+
+
+# The live layer: everything below calls NVML and runs only where a GPU is.
+
+def _text(value: str | bytes) -> str:
+    """NVML strings come as bytes from older bindings, as str from newer ones."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _refusable(nvml: ModuleType, call: Callable[..., Any], *arguments: Any) -> Any:
+    """`call(*arguments)`, or NVML's refusal recorded as the dump records it."""
+    try:
+        return call(*arguments)
+    except nvml.NVMLError as error:
+        return {"error": type(error).__name__, "msg": str(error)}
+
+
+def snapshot(nvml: ModuleType) -> dict[str, Any]:
+    """Read the GPUs through an initialized NVML (the pynvml module)."""
+    handles = [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(nvml.nvmlDeviceGetCount())]
+    uuids = [_text(nvml.nvmlDeviceGetUUID(handle)) for handle in handles]
+    return {"driver": _text(nvml.nvmlSystemGetDriverVersion()),
+            "cuda_driver_version": nvml.nvmlSystemGetCudaDriverVersion(),
+            "gpus": [_gpu_snapshot(nvml, index, handles, uuids) for index in range(len(handles))]}
+
+
+def _gpu_snapshot(nvml: ModuleType, index: int, handles: list[Any], uuids: list[str]) -> dict[str, Any]:
+    handle = handles[index]
+    mig_mode = _refusable(nvml, nvml.nvmlDeviceGetMigMode, handle)
+    return {
+        "index": index,
+        "name": _text(nvml.nvmlDeviceGetName(handle)),
+        "uuid": uuids[index],
+        "pci_bus_id": _text(nvml.nvmlDeviceGetPciInfo(handle).busId),
+        "memory_total": nvml.nvmlDeviceGetMemoryInfo(handle).total,
+        "mig_mode": mig_mode,
+        "minor_number": _refusable(nvml, nvml.nvmlDeviceGetMinorNumber, handle),
+        "numa_node": _refusable(nvml, nvml.nvmlDeviceGetNumaNodeId, handle),
+        "nvlink": [uuids[peer] for peer in range(len(handles))
+                   if peer != index and _nvlink_between(nvml, handle, handles[peer])],
+        "ecc_uncorrected": _refusable(nvml, nvml.nvmlDeviceGetTotalEccErrors, handle,
+                                      nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC),
+        "gpu_instance_profiles": [] if failed(mig_mode) else [
+            {"profile": profile} | _refusable(nvml, _profile_snapshot, nvml, handle, profile)
+            for profile in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT)],
+        "mig_devices": _mig_devices(nvml, handle) if not failed(mig_mode) and mig_mode[0] == 1 else [],
+    }
+
+
+def _nvlink_between(nvml: ModuleType, handle: Any, other: Any) -> bool:
+    """Whether two GPUs talk peer-to-peer over NVLink (directly or through NVSwitches)."""
+    status = _refusable(nvml, nvml.nvmlDeviceGetP2PStatus, handle, other, nvml.NVML_P2P_CAPS_INDEX_NVLINK)
+    return status == nvml.NVML_P2P_STATUS_OK
+
+
+def _profile_snapshot(nvml: ModuleType, handle: Any, profile: int) -> dict[str, Any]:
+    info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)  # version 2: it has the name
+    placements = (nvml.c_nvmlGpuInstancePlacement_t * MAX_PLACEMENTS)()
+    count = ctypes.c_uint(MAX_PLACEMENTS)
+    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, info.id, placements, ctypes.byref(count))
+    return {"id": info.id, "name": _text(info.name), "slice_count": info.sliceCount,
+            "instance_count": info.instanceCount, "multiprocessor_count": info.multiprocessorCount,
+            "memory_mib": info.memorySizeMB,
+            "placements": [[placements[at].start, placements[at].size] for at in range(count.value)]}
+
+
+def _mig_devices(nvml: ModuleType, handle: Any) -> list[dict[str, Any]]:
+    """The MIG devices (compute instances) of a MIG-enabled GPU, each with its GPU instance's profile
+    and placement."""
+    devices = []
+    for index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            device = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except nvml.NVMLError_NotFound:
+            continue
+        gi = nvml.nvmlDeviceGetGpuInstanceId(device)
+        info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi))
+        devices.append({"index": index, "gi": gi, "ci": nvml.nvmlDeviceGetComputeInstanceId(device),
+                        "uuid": _text(nvml.nvmlDeviceGetUUID(device)), "profile_id": info.profileId,
+                        "placement": [info.placement.start, info.placement.size]})
+    return devices
+
+
+def running_processes(nvml: ModuleType) -> list[Process]:
+    """The compute and graphics processes on every GPU (a process doing both is listed once)."""
+    found: dict[tuple[str, int], Process] = {}
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        for process in [*nvml.nvmlDeviceGetComputeRunningProcesses(handle),
+                        *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)]:
+            found.setdefault((uuid, process.pid), Process(
+                pid=process.pid, gpu_uuid=uuid,
+                used_memory_mib=None if process.usedGpuMemory is None else process.usedGpuMemory // MIB,
+                gi=None if process.gpuInstanceId == NOT_AVAILABLE else process.gpuInstanceId,
+                ci=None if process.computeInstanceId == NOT_AVAILABLE else process.computeInstanceId))
+    return list(found.values())
+
+
+@contextmanager
+def nvml_session() -> Iterator[ModuleType]:
+    """NVML, initialized for the block; any NVML failure in it is an InventoryError."""
+    try:
+        import pynvml
+    except ImportError as error:
+        raise InventoryError("the nvml driver needs nvidia-ml-py (pip install nvidia-ml-py)") from error
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        raise InventoryError(f"NVML did not start: {error}") from error
+    try:
+        yield pynvml
+    except pynvml.NVMLError as error:
+        raise InventoryError(f"NVML: {error}") from error
+    finally:
+        pynvml.nvmlShutdown()
+
+
+class Driver:
+    """Inventory through NVML."""
+
+    def __init__(self, host: Host | None = None) -> None:
+        self._host = host or Host()
+
+    def collect(self) -> dict[str, Any]:
+        with nvml_session() as nvml:
+            raw = snapshot(nvml)
+        return document_from_snapshot(raw, self._host)
+
+    def processes(self) -> list[dict[str, Any]]:
+        with nvml_session() as nvml:
+            return [dataclasses.asdict(process) for process in running_processes(nvml)]
+
+    def reboot(self) -> None:
+        self._host.reboot()
+
+
+if __name__ == "__main__":
+    try:
+        with nvml_session() as session:
+            print(json.dumps(snapshot(session), indent=1))
+    except InventoryError as failure:
+        raise SystemExit(f"nvml: {failure}") from failure
