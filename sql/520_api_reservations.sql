@@ -1,4 +1,4 @@
--- API methods on reservations and capacity (catalog rows in sql/590_api_methods.sql).
+-- API methods on reservations and capacity (catalog rows in sql/690_api_methods.sql).
 -- reservations.create is the one method with provisional rows: api.prepare calls
 -- compute.api_reservations_prepare (the reservation and its bookings, provisional, exclusive,
 -- expiring), so that IAM decides on the exact placement; api.admit activates it or voids it.

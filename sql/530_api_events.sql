@@ -1,4 +1,4 @@
--- API methods on a tenant's events, audit proofs and webhooks (catalog rows in sql/590_api_methods.sql).
+-- API methods on a tenant's events, audit proofs and webhooks (catalog rows in sql/690_api_methods.sql).
 -- An event's cursor is 'xid:event_id' of the outbox: events are answered in commit order, only of
 -- transactions that have all finished (compute.outbox_read), so a reader resuming after a cursor
 -- misses nothing.

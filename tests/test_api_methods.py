@@ -129,6 +129,8 @@ def test_every_method_works_through_http_with_one_iam_decision_each(relay: Relay
     assert alice.data("nodes.uncordon", {"node_id": node})["flags"] == []
     assert alice.data("nodes.quarantine", {"node_id": node, "reason": "xid 79"})["flags"] == ["quarantined"]
     assert alice.data("nodes.unquarantine", {"node_id": node, "reason": "reseated"})["flags"] == []
+    command = alice.data("nodes.command", {"node_id": node, "kind": "collect_inventory"})
+    assert [c["command_id"] for c in alice.data("nodes.commands", {"node_id": node})] == [command["command_id"]]
 
     free = alice.data("capacity.free", {"pool_id": pool, "shape": "gpu", "start": at(3), "end": at(4)})
     assert sum(n["free_atoms"] for n in free) == 6  # 2 + 4 whole GPUs: the reservation ends before the window
@@ -158,7 +160,7 @@ def probe_input(schema: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
     """A valid input naming tenant A's ids wherever the method takes one."""
     filler: dict[str, Any] = {"reason": "probe", "shape": "gpu", "count": 1, "end": at(5), "name": "probe",
                               "gpu_model": H200_MODEL, "placement_policy": "spread", "max_count": 1,
-                              "max_duration_seconds": 60, "duration_seconds": 60, "url": "https://hooks.example/b",
+                              "max_duration_seconds": 60, "duration_seconds": 60, "kind": "reboot", "url": "https://hooks.example/b",
                               "secret": "s" * 32, **ids}
     properties = schema["properties"]
     return {key: value for key, value in filler.items() if key in properties}

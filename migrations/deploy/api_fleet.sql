@@ -4,7 +4,7 @@
 BEGIN;
 
 -- API methods on the fleet: sites, pools, offerings, quotas, projects, nodes (catalog rows in
--- sql/590_api_methods.sql). Each is scoped to the tenant IAM decided for: api.prepare has already
+-- sql/690_api_methods.sql). Each is scoped to the tenant IAM decided for: api.prepare has already
 -- checked that the named resource and its parent are the tenant's; reads filter by tenant again.
 -- Signatures: reads (p_tenant_id, p_input), mutations (p_tenant_id, p_resource_id, p_input).
 SET LOCAL ROLE bc_owner;

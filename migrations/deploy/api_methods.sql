@@ -1,5 +1,5 @@
 -- Deploy better_compute:api_methods to pg
--- Snapshot of sql/590_api_methods.sql when this change was planned.
+-- Snapshot of sql/690_api_methods.sql when this change was planned.
 
 BEGIN;
 
@@ -103,6 +103,14 @@ INSERT INTO api.methods (method, action, resource_type, kind, summary, input_sch
      'Lift a quarantine.',
      '{"type":"object","properties":{"node_id":{"type":"string","format":"uuid"},"reason":{"type":"string","minLength":1,"maxLength":1000},"idempotency_key":{"type":"string","minLength":1,"maxLength":200}},"required":["node_id"],"additionalProperties":false}',
      'compute.api_nodes_unquarantine(uuid, text, jsonb)', 'node_id', NULL, NULL, NULL, NULL, NULL),
+    ('nodes.command', 'compute:nodes:command', 'compute-node', 'mutation',
+     'Queue a one-shot command for a node (collect_inventory, reboot, drain_processes).',
+     '{"type":"object","properties":{"node_id":{"type":"string","format":"uuid"},"kind":{"type":"string","pattern":"^[a-z][a-z0-9_]{0,62}$"},"args":{"type":"object","maxProperties":50},"idempotency_key":{"type":"string","minLength":1,"maxLength":200}},"required":["node_id","kind"],"additionalProperties":false}',
+     'compute.api_nodes_command(uuid, text, jsonb)', 'node_id', NULL, NULL, NULL, NULL, 'node.command_queued'),
+    ('nodes.commands', 'compute:nodes:commands', 'compute-node', 'read',
+     'A node''s commands and their results, newest first.',
+     '{"type":"object","properties":{"node_id":{"type":"string","format":"uuid"},"limit":{"type":"integer","minimum":1,"maximum":1000}},"required":["node_id"],"additionalProperties":false}',
+     'compute.api_nodes_commands(uuid, jsonb)', 'node_id', NULL, NULL, NULL, NULL, NULL),
     ('reservations.create', 'compute:reservations:create', 'compute-reservation', 'mutation',
      'Reserve atoms of a shape in a pool for a window (placed before the IAM decision).',
      '{"type":"object","properties":{"pool_id":{"type":"string","format":"uuid"},"shape":{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?)$"},"count":{"type":"integer","minimum":1,"maximum":64},"start":{"type":"string","format":"date-time"},"end":{"type":"string","format":"date-time"},"project_id":{"type":"string","format":"uuid"},"same_node":{"type":"boolean"},"hold_seconds":{"type":"integer","minimum":1,"maximum":86400},"idempotency_key":{"type":"string","minLength":1,"maxLength":200}},"required":["pool_id","shape","count","end"],"additionalProperties":false}',

@@ -150,4 +150,30 @@ END
 $$;
 COMMENT ON FUNCTION node_api.command_result(uuid, bigint, uuid, text, text) IS 'A command''s result (the first one counts; output bounded).';
 
+-- -- API methods (catalog rows in sql/690_api_methods.sql) -------------------------------------------
+
+CREATE FUNCTION compute.api_nodes_command(p_tenant_id uuid, p_resource_id text, p_input jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_args jsonb := coalesce(compute.request_field(p_input, 'args', 'object', false), '{}');
+BEGIN
+    -- The request's idempotency key is the command's too (a request without one: a new command).
+    RETURN compute.command_json(compute.command_enqueue(p_resource_id::uuid, compute.input_text(p_input, 'kind'), v_args,
+        coalesce(compute.input_text(p_input, 'idempotency_key', false), pg_catalog.gen_random_uuid()::text)));
+END
+$$;
+COMMENT ON FUNCTION compute.api_nodes_command(uuid, text, jsonb) IS 'nodes.command: queue a one-shot command for a node';
+
+CREATE FUNCTION compute.api_nodes_commands(p_tenant_id uuid, p_input jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce(pg_catalog.jsonb_agg(compute.command_json(c) ORDER BY c.created_at DESC), '[]')
+      FROM (SELECT * FROM compute.node_commands AS c WHERE c.node_id = compute.input_uuid(p_input, 'node_id')
+             ORDER BY c.created_at DESC LIMIT compute.list_limit(p_input)) AS c;
+$$;
+COMMENT ON FUNCTION compute.api_nodes_commands(uuid, jsonb) IS 'nodes.commands: a node''s commands, newest first';
+
 COMMIT;

@@ -4,6 +4,8 @@ BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+DROP FUNCTION compute.api_nodes_commands(uuid, jsonb);
+DROP FUNCTION compute.api_nodes_command(uuid, text, jsonb);
 DROP FUNCTION node_api.command_result(uuid, bigint, uuid, text, text);
 DROP FUNCTION node_api.commands_due(uuid, bigint);
 DROP FUNCTION worker_api.command_signed(uuid, jsonb);

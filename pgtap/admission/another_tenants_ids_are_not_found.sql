@@ -24,7 +24,8 @@ SELECT m.method,
        (SELECT jsonb_object_agg(f.key, CASE WHEN f.key = 'event_id' THEN to_jsonb(i.id::bigint) ELSE to_jsonb(i.id) END)
           FROM jsonb_object_keys(m.input_schema -> 'properties') AS f(key) JOIN a_ids AS i ON i.field = f.key)
        || jsonb_build_object('reason', 'probe', 'shape', 'gpu', 'count', 1, 'end', now() + interval '2 hours', 'name', 'probe', 'gpu_model', 'NVIDIA H200',
-                             'placement_policy', 'spread', 'max_count', 1, 'max_duration_seconds', 60, 'duration_seconds', 60)
+                             'placement_policy', 'spread', 'max_count', 1, 'max_duration_seconds', 60, 'duration_seconds', 60,
+                             'kind', 'reboot')
        AS input
   FROM api.methods AS m WHERE m.resource_key IS NOT NULL OR m.parent_key IS NOT NULL;
 
