@@ -227,7 +227,8 @@ class WorkerProcess:
         with log.open("wb") as output:
             process = subprocess.Popen([*CLI, "--dsn", dsn, "--owner", owner, "--concurrency", "4",
                                         "--lease-seconds", str(LEASE_SECONDS), "--poll-seconds", str(POLL_SECONDS),
-                                        "--grace-seconds", "10", "--audit-key", str(directory / "audit.pem")],
+                                        "--grace-seconds", "10", "--audit-key", str(directory / "audit.pem"),
+                                        "--intent-key", str(directory / "intent.key")],
                                        env=env, stdout=output, stderr=subprocess.STDOUT)
         return cls(owner, log, process)
 

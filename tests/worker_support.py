@@ -16,6 +16,7 @@ import tempfile
 from better_compute.audit import AuditSigner
 from better_compute.clock import Clock
 from better_compute.db import Database
+from better_compute.pki import IntentSigner
 from better_compute.ports.ledger import LocalLedger
 from better_compute.webhooks import WebhookSender
 from better_compute.worker.handlers import default_handlers
@@ -111,8 +112,10 @@ def worker_database(dsn: str, concurrency: int = 4) -> Database:
 
 
 def standard_handlers(db: Database) -> dict[str, Handler]:
-    """The handlers `serve worker` runs: local ledger, a real sender, a throwaway audit key."""
-    return default_handlers(db, LocalLedger(db), sender_for(db), AuditSigner(Path(tempfile.mkdtemp()) / "audit.pem"))
+    """The handlers `serve worker` runs: local ledger, a real sender, throwaway audit and intent keys."""
+    keys = Path(tempfile.mkdtemp())
+    return default_handlers(db, LocalLedger(db), sender_for(db), AuditSigner(keys / "audit.pem"),
+                            IntentSigner(keys / "intent.key"))
 
 
 def sender_for(db: Database) -> WebhookSender:

@@ -4,16 +4,22 @@ builds the database pool, the clock and the ports, and passes them in (P10)."""
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from enum import Enum
 from typing import Annotated
 
 import typer
+from psycopg_pool import PoolTimeout
 
 from pathlib import Path
 
 from better_compute.audit import AuditSigner
 from better_compute.clock import Clock
-from better_compute.db import AsyncDatabase, Database
+from better_compute.db import AsyncDatabase, ContractError, Database
+from better_compute.gateway import Gateway, GatewaySettings, serve_until_signalled
+from better_compute.gateway.join import intent_public_key
+from better_compute.pki import MAX_LIFETIME, IntentSigner, PkiError
+from better_compute.pki.csr import check_hostname
 from better_compute.ports.iam import BetterIam, IamError, IamPort, StaticIam
 from better_compute.ports.ledger import BetterIamLedger, Ledger, LocalLedger
 from better_compute.relay.app import Relay, RelaySettings
@@ -27,6 +33,7 @@ app = typer.Typer(no_args_is_help=True, help="Run the control plane's processes.
 
 WORKER_ROLE = "bc_worker"
 API_ROLE = "bc_api"
+GATEWAY_ROLE = "bc_gateway"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 POOL_SPARE_CONNECTIONS = 2  # the loop's own calls, beside one per running handler
 
@@ -59,8 +66,12 @@ def worker_command(
     audit_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_AUDIT_KEY",
                                             help="Ed25519 key that signs audit checkpoints (created if missing).")]
         = Path(".bc/audit-ed25519.pem"),
+    intent_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_INTENT_KEY",
+                                             help="Ed25519 key that signs node specs and commands (created if "
+                                                  "missing).")] = Path(".bc/pki/intent.key"),
 ) -> None:
-    """Run the work queue as role bc_worker: sweeps, outbox fan-out, webhooks, usage export, audit checkpoints."""
+    """Run the work queue as role bc_worker: sweeps, outbox fan-out, webhooks, usage export, audit checkpoints,
+    signing node specs and commands."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     settings = WorkerSettings(owner or default_owner(), concurrency, lease_seconds, poll_seconds, grace_seconds)
     db = Database(dsn, max_size=concurrency + POOL_SPARE_CONNECTIONS, name="better-compute-worker", role=WORKER_ROLE)
@@ -68,7 +79,7 @@ def worker_command(
         with db.pool.connection() as conn:
             clock = Clock.anchored(conn, "worker_api.now")
         handlers = default_handlers(db, make_ledger(ledger, db, ledger_url, ledger_token), WebhookSender(clock),
-                                    AuditSigner(audit_key))
+                                    AuditSigner(audit_key), IntentSigner(intent_key))
         logging.getLogger(__name__).info("worker %s: %d kinds, concurrency %d", settings.owner, len(handlers), concurrency)
         run_until_signalled(Worker(db, handlers, settings))
 
@@ -122,3 +133,45 @@ def api_command(
     streams = StreamSettings(heartbeat_seconds=heartbeat_seconds, poll_seconds=poll_seconds, buffer=stream_buffer,
                              stall_seconds=stall_seconds, max_streams=max_streams)
     serve(Relay(db, iam_port, RelaySettings(resolve_secret, streams)), host, port, grace_seconds)
+
+
+@app.command("gateway")
+def gateway_command(
+    dsn: Annotated[str, typer.Option("--dsn", envvar="BETTER_COMPUTE_DSN", help="libpq conninfo or URL.")],
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")] = 8443,
+    name: Annotated[str, typer.Option(help="This gateway's name (node sessions, its certificate).")] = "gw-1",
+    ca_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_CA_KEY",
+                                         help="The node CA's key (created if missing; its certificate is next to "
+                                              "it, .crt).")] = Path(".bc/pki/ca.key"),
+    trust_domain: Annotated[str, typer.Option(help="SPIFFE trust domain of the node CA.")] = "better-compute.local",
+    intent_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_INTENT_KEY",
+                                             help="The worker's intent key, or its public key (PEM), handed to "
+                                                  "joining nodes (created if missing).")]
+        = Path(".bc/pki/intent.key"),
+    server_name: Annotated[list[str] | None, typer.Option(help="Another DNS name or address for the gateway's "
+                                                               "certificate (repeatable).")] = None,
+    heartbeat_seconds: Annotated[float, typer.Option(min=0.1, help="Nodes heartbeat this often; heartbeats are "
+                                                                   "written in one statement this often.")] = 5.0,
+    spec_poll_seconds: Annotated[float, typer.Option(min=0.1, help="Sessions are polled for specs and commands "
+                                                                   "this often, besides LISTEN.")] = 5.0,
+    svid_lifetime_seconds: Annotated[int, typer.Option(min=60, max=int(MAX_LIFETIME.total_seconds()),
+                                                       help="Lifetime of the node certificates issued.")] = 3600,
+    pool_size: Annotated[int, typer.Option(min=1, help="Database connections (LISTEN uses one more).")] = 10,
+) -> None:
+    """Run the node gateway as role bc_gateway: nodes join (/join) and hold their sessions (/session) here."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.getLogger("websockets").setLevel(logging.WARNING)  # not a line per connection: the gateway logs sessions
+    try:
+        key = intent_public_key(intent_key)
+        check_hostname(name)
+    except PkiError as error:
+        raise typer.BadParameter(str(error)) from error
+    settings = GatewaySettings(name, host, port, heartbeat_seconds, spec_poll_seconds,
+                               timedelta(seconds=svid_lifetime_seconds), tuple(server_name or ()))
+    db = AsyncDatabase(dsn, max_size=pool_size, name="better-compute-gateway", role=GATEWAY_ROLE)
+    try:
+        serve_until_signalled(Gateway(db, ca_key, trust_domain, key, settings))
+    except (ContractError, PoolTimeout, PkiError, OSError) as error:  # the database, the CA, the address
+        logging.getLogger(__name__).error("the gateway cannot start: %s", error)
+        raise typer.Exit(1) from error

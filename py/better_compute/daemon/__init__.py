@@ -1,19 +1,60 @@
-"""`bcd`, the node daemon. It dials out to a gateway (P5); the session and reconciler come with the
-nodes issue. For now it tells its version and prints what its inventory drivers see."""
+"""`bcd`, the node daemon. It dials out to a gateway (P5): `join` once with a token, then `run`
+(the session and reconciler, runtime.py). `inventory` prints what its inventory drivers see."""
 
+import asyncio
 import json
+import logging
 from importlib.metadata import version
+from pathlib import Path
 
 import typer
 
-from better_compute.daemon.drivers import DRIVERS, InventoryError, driver
+from better_compute.daemon.cdi import DEFAULT_PATH as DEFAULT_CDI_PATH
+from better_compute.daemon.drivers import DRIVERS, InventoryDriver, InventoryError, driver
+from better_compute.daemon.join import AlreadyJoined, JoinRefused, join
+from better_compute.daemon.journal import DEFAULT_BOUND, JournalError
+from better_compute.daemon.runtime import UNREACHABLE, Daemon, endpoint, run_until_signalled
+from better_compute.daemon.state import DEFAULT_STATE_DIR, NodeState, NotJoined
+from better_compute.nodeproto import ProtocolError
+from better_compute.pki import PkiError
 
 app = typer.Typer(no_args_is_help=True, help="bcd: the Better Compute node daemon.")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+DRIVER_HELP = f"One of: {', '.join(DRIVERS)}."
+OPTION_HELP = "KEY=VALUE for the driver, e.g. path=… (and hostname=…) for fake."
+STATE_HELP = "Where the node keeps its key, certificates, identity and journal."
 
 
 @app.callback()
 def main() -> None:
     """bcd: the Better Compute node daemon (commands below)."""
+
+
+def chosen_driver(name: str, options: list[str], hint: str) -> InventoryDriver:
+    """The driver `name` made with KEY=VALUE `options`; a usage error names the options at `hint`."""
+    settings = dict(option.split("=", 1) for option in options if "=" in option)
+    if len(settings) != len(options):
+        raise typer.BadParameter("write each option as KEY=VALUE", param_hint=hint)
+    try:
+        return driver(name, **settings)
+    except (ValueError, TypeError, OSError) as error:  # unknown driver or option, unreadable recording
+        raise typer.BadParameter(str(error), param_hint=f"'--driver' / {hint}") from error
+
+
+def gateway_url(url: str) -> str:
+    """A `--gateway` is checked before anything runs: nodes dial only wss:// (TLS)."""
+    try:
+        endpoint(url, "")
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    return url
+
+
+def fail(message: str) -> typer.Exit:
+    """Say what went wrong (stderr); the exit, status 1, for the caller to raise."""
+    typer.echo(f"bcd: {message}", err=True)
+    return typer.Exit(1)
 
 
 @app.command("version")
@@ -24,20 +65,57 @@ def show_version() -> None:
 
 @app.command("inventory")
 def show_inventory(
-    name: str = typer.Option("nvidia-smi", "--driver", help=f"One of: {', '.join(DRIVERS)}."),
-    options: list[str] = typer.Option([], "--option", help="KEY=VALUE for the driver, e.g. path=… for fake."),
+    name: str = typer.Option("nvidia-smi", "--driver", help=DRIVER_HELP),
+    options: list[str] = typer.Option([], "--option", help=OPTION_HELP),
 ) -> None:
     """Print the inventory document the driver reads (JSON), as the daemon would send it."""
-    settings = dict(option.split("=", 1) for option in options if "=" in option)
-    if len(settings) != len(options):
-        raise typer.BadParameter("write each option as KEY=VALUE", param_hint="'--option'")
-    try:
-        chosen = driver(name, **settings)
-    except (ValueError, TypeError, OSError) as error:  # unknown driver or option, unreadable recording
-        raise typer.BadParameter(str(error), param_hint="'--driver' / '--option'") from error
+    chosen = chosen_driver(name, options, "'--option'")
     try:
         document = chosen.collect()
     except InventoryError as error:
-        typer.echo(f"bcd: {error}", err=True)
-        raise typer.Exit(1) from error
+        raise fail(str(error)) from error
     typer.echo(json.dumps(document, indent=2))
+
+
+@app.command("join")
+def join_command(
+    gateway: str = typer.Option(..., callback=gateway_url, help="The gateway, wss://HOST:PORT."),
+    token: str = typer.Option(..., envvar="BCD_JOIN_TOKEN", help="The single-use join token."),
+    ca_file: Path = typer.Option(..., exists=True, dir_okay=False, help="The node CA (PEM) to trust the gateway by."),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help=STATE_HELP),
+    name: str = typer.Option("nvidia-smi", "--driver", help=DRIVER_HELP),
+    options: list[str] = typer.Option([], "--driver-option", help=OPTION_HELP),
+) -> None:
+    """Join a pool: make the node's key and CSR, send the signed inventory, keep the identity answered."""
+    chosen = chosen_driver(name, options, "'--driver-option'")
+    try:
+        credentials = asyncio.run(join(gateway, token, ca_file, NodeState(state_dir), chosen))
+    except JoinRefused as refused:
+        raise fail(f"the join was refused: {refused}") from refused
+    except (AlreadyJoined, InventoryError, PkiError, ProtocolError, ValueError) as error:
+        raise fail(str(error)) from error
+    except UNREACHABLE as error:
+        raise fail(f"cannot reach the gateway at {gateway}: {error or type(error).__name__}") from error
+    typer.echo(f"joined as node {credentials.node_id} ({credentials.hostname}) of trust domain "
+               f"{credentials.trust_domain}; state in {state_dir}")
+
+
+@app.command("run")
+def run_command(
+    gateway: str = typer.Option(..., callback=gateway_url, help="The gateway, wss://HOST:PORT."),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help=STATE_HELP),
+    name: str = typer.Option("nvidia-smi", "--driver", help=DRIVER_HELP),
+    options: list[str] = typer.Option([], "--driver-option", help=OPTION_HELP),
+    cdi_path: Path = typer.Option(DEFAULT_CDI_PATH, help="The CDI spec file this daemon owns (.yaml or .json)."),
+    journal_bound: int = typer.Option(DEFAULT_BOUND, min=1, help="Command ids the journal remembers."),
+) -> None:
+    """Hold a session with the gateway until SIGTERM or SIGINT.
+
+    Converges the CDI file to each signed spec, runs each signed command once, renews the SVID."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    chosen = chosen_driver(name, options, "'--driver-option'")
+    try:
+        daemon = Daemon(NodeState(state_dir), chosen, cdi_path, journal_bound=journal_bound)
+    except (NotJoined, JournalError, PkiError, ValueError, OSError) as error:
+        raise fail(str(error)) from error
+    run_until_signalled(daemon, gateway)

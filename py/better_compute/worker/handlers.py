@@ -15,6 +15,7 @@ from uuid import UUID
 
 from better_compute.audit import AuditSigner, checkpoint_due
 from better_compute.db import Database
+from better_compute.pki import IntentSigner
 from better_compute.ports.ledger import Ledger, LedgerEntry
 from better_compute.webhooks import Delivery, DeliveryResult
 from better_compute.worker.runtime import Handler, WorkItem
@@ -30,9 +31,12 @@ class Sender(Protocol):
     def send(self, delivery: Delivery, timeout: float) -> DeliveryResult: ...
 
 
-def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: AuditSigner) -> dict[str, Handler]:
+def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: AuditSigner,
+                     intent: IntentSigner) -> dict[str, Handler]:
     return {
         "audit.checkpoint": sign_audit_checkpoints(db, signer),
+        "node.spec.sign": sign_node_spec(db, intent),
+        "node.command.sign": sign_node_command(db, intent),
         "work.prune": sweep(db, "worker_api.work_prune"),
         "reservations.expire": batched_sweep(db, "worker_api.reservations_expire"),
         "admissions.expire": batched_sweep(db, "worker_api.admissions_expire"),
@@ -102,6 +106,27 @@ def sign_audit_checkpoints(db: Database, signer: AuditSigner) -> Handler:
     """Sign the tenant-hours of audit events that have closed; run again at once after a full batch."""
     def sign(_item: WorkItem) -> float | None:
         return AT_ONCE if checkpoint_due(db, signer, CHECKPOINTS_PER_RUN) == CHECKPOINTS_PER_RUN else None
+    return sign
+
+
+def sign_node_spec(db: Database, intent: IntentSigner) -> Handler:
+    """Sign the newest spec of a node (the item's key) with the intent key, so that gateways relay
+    it and cannot change it (P14). node_spec_signed keeps only the newest generation: a spec that
+    changed again meanwhile was poked anew and is signed by that run."""
+    def sign(item: WorkItem) -> None:
+        node_id = UUID(item.key)
+        for row in db.rows("worker_api.node_spec_to_sign", node_id):
+            body = {"node_id": str(node_id), "generation": row["generation"], "spec": row["spec"]}
+            db.call("worker_api.node_spec_signed", node_id, row["generation"], intent.sign("spec", body))
+    return sign
+
+
+def sign_node_command(db: Database, intent: IntentSigner) -> Handler:
+    """Sign a command (the item's key) with the intent key; nothing to do once signed or finished."""
+    def sign(item: WorkItem) -> None:
+        command_id = UUID(item.key)
+        for row in db.rows("worker_api.command_to_sign", command_id):
+            db.call("worker_api.command_signed", command_id, intent.sign("command", row["command"]))
     return sign
 
 

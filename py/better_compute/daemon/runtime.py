@@ -1,0 +1,382 @@
+"""`bcd run`: the node's session with a gateway, and what the node does with what comes down it.
+
+Two layers. `Daemon` is the node's behaviour, one message at a time and without a network, so tests
+drive it with real keys and files: it verifies each spec and command with the control plane's
+intent key (P14) and checks it names this node, converges the CDI file level-triggered (P2),
+executes each command id once with the journal's help (P3), answers UNSUPPORTED for a kind it does
+not know (P11), and keeps its renewed certificate. `run` is the session around it: it only dials
+out (P5), with mutual TLS; after `hello` it sends its signed inventory, heartbeats, renews its
+SVID before it expires, and reconnects after any end with exponential backoff and full jitter
+(a FENCED close, 4001, included: a newer session of this node exists, and the daemon does not
+fight it). Nothing the daemon does on a disconnect touches its CDI file: a partition changes a
+condition, not what the containers on the node may use (P6).
+
+Driver and file work (nvidia-smi runs up to 30 s, the journal and the CDI file are fsynced) runs
+in a worker thread, one message at a time, so the connection keeps answering pings meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import signal
+import ssl
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from better_compute.daemon.cdi import CdiError, build_spec, write_spec
+from better_compute.daemon.drivers import InventoryDriver, InventoryError
+from better_compute.daemon.journal import DEFAULT_BOUND, Journal
+from better_compute.daemon.state import Credentials, NodeState
+from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, NODE_MESSAGE_BYTES, SESSION_PATH, UNSUPPORTED,
+                                      Certificate, Command, Envelope, Error, Heartbeat, Hello, Inventory, Message,
+                                      Observed, ProtocolError, Renew, Result, Spec, decode, encode)
+from better_compute.pki import EnvelopeError, PkiError, make_csr, open_envelope, renew_at, sign_envelope
+
+log = logging.getLogger(__name__)
+
+SUCCEEDED, FAILED = "succeeded", "failed"
+UNSUPPORTED_STATUS = "unsupported"
+COLLECT_INVENTORY, REBOOT, DRAIN_PROCESSES = "collect_inventory", "reboot", "drain_processes"
+
+BACKOFF_BASE_SECONDS = 0.5
+BACKOFF_CAP_SECONDS = 30.0
+ANSWER_SECONDS = 30.0  # how long the gateway may take to answer a join, or to open a session
+RENEW_RETRY_SECONDS = 60.0  # a renewal without an answer is asked again after this long
+FRAMES_QUEUED = 4  # frames received and not yet handled, per connection (P12: a simulator runs many)
+
+Clock = Callable[[], datetime]
+UNREACHABLE = (OSError, InvalidHandshake, InvalidURI, TimeoutError)  # what dialling a gateway may raise
+
+
+def wall_clock() -> datetime:
+    """Certificates expire by the wall clock, so that is what renewal reads (the daemon has no
+    business time of its own)."""
+    return datetime.now(timezone.utc)
+
+
+def endpoint(gateway: str, path: str) -> str:
+    """`wss://host:port` + a protocol path; nodes speak only TLS."""
+    if not gateway.startswith("wss://"):
+        raise ValueError(f"the gateway is a wss:// URL, not {gateway!r:.200}")
+    return gateway.rstrip("/") + path
+
+
+@contextlib.asynccontextmanager
+async def dial(url: str, tls: ssl.SSLContext) -> AsyncIterator[ClientConnection]:
+    """A WebSocket to the gateway with the protocol's bounds: frames up to NODE_MESSAGE_BYTES, a
+    short receive queue and no compression (a deflate context per connection costs memory, and
+    a simulator holds thousands of connections)."""
+    async with connect(url, ssl=tls, max_size=NODE_MESSAGE_BYTES, max_queue=FRAMES_QUEUED, compression=None,
+                       open_timeout=ANSWER_SECONDS) as connection:
+        yield connection
+
+
+class Backoff:
+    """Exponential backoff with full jitter: the n-th retry waits a uniform draw from
+    [0, min(cap, base * 2^n)], so nodes cut off together do not come back together."""
+
+    def __init__(self, base: float = BACKOFF_BASE_SECONDS, cap: float = BACKOFF_CAP_SECONDS,
+                 draw: Callable[[float, float], float] = random.uniform) -> None:
+        self.base, self.cap, self.draw = base, cap, draw
+        self.attempts = 0
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.base * 2 ** self.attempts)
+        if ceiling < self.cap:
+            self.attempts += 1
+        return self.draw(0.0, ceiling)
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+class Rejected(Exception):
+    """Intent that does not verify, or verifies but is not for this node: never acted on."""
+
+
+class Daemon:
+    """One node's behaviour: what it sends, and what it answers to each message from the gateway."""
+
+    def __init__(self, state: NodeState, driver: InventoryDriver, cdi_path: Path, clock: Clock = wall_clock,
+                 journal_bound: int = DEFAULT_BOUND) -> None:
+        self.state = state
+        self.credentials: Credentials = state.load()  # NotJoined before anything is made in the directory
+        self.driver = driver
+        self.journal = Journal(state.directory, journal_bound)
+        self.cdi_path = cdi_path
+        self.clock = clock
+        self.connected = False
+        self.specs_applied = 0
+
+    @property
+    def node_id(self) -> UUID:
+        return self.credentials.node_id
+
+    def sign(self, purpose: str, body: dict[str, Any]) -> Envelope:
+        return sign_envelope(purpose, body, self.credentials.key)
+
+    # -- going up --------------------------------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        """A freshly collected inventory, signed; InventoryError when the driver cannot read it."""
+        return Inventory(self.sign("inventory", self.driver.collect()))
+
+    def renew_at(self) -> datetime:
+        return renew_at(self.credentials.certificate)
+
+    def renewal(self) -> Renew:
+        """A CSR for the next SVID, with the same key: the node's signatures keep their key."""
+        return Renew(make_csr(self.credentials.key, self.credentials.hostname))
+
+    # -- coming down -----------------------------------------------------------------------------
+
+    def handle(self, message: Message) -> list[Message]:
+        """What to send back for one message from the gateway (in order)."""
+        match message:
+            case Spec(envelope):
+                return self.apply_spec(envelope)
+            case Command(envelope):
+                return self.execute(envelope)
+            case Certificate(pem):
+                return self.renewed(pem)
+            case Error(code, text, hint):
+                log.warning("the gateway says %s: %.500s (%s)", code, text, hint)
+                return []
+            case _:
+                return [Error(INVALID_ARGUMENT, f"a gateway does not send {message.TYPE} on a session")]
+
+    def open_intent(self, envelope: Envelope, purpose: str) -> dict[str, Any]:
+        """The body of a spec or command signed by the control plane for this node."""
+        try:
+            body = open_envelope(envelope, self.credentials.intent_key, purpose)
+        except EnvelopeError as error:
+            raise Rejected(f"the {purpose} envelope does not verify: {error}") from None
+        if body.get("node_id") != str(self.node_id):
+            raise Rejected(f"the {purpose} is for node {body.get('node_id')!r:.60}, not {self.node_id}")
+        return body
+
+    def refuse(self, rejected: Rejected) -> list[Message]:
+        log.warning("%s: not applied", rejected)
+        return [Error(INVALID_ARGUMENT, str(rejected), "Intent must be signed by the control plane for this node.")]
+
+    def apply_spec(self, envelope: Envelope) -> list[Message]:
+        """Converge the CDI file to a verified spec and report what was applied. A generation older
+        than the one applied last is skipped (it arrived late); the same one is applied again,
+        which changes nothing on disk but re-checks the inventory and re-reports (a lost report)."""
+        try:
+            body = self.open_intent(envelope, "spec")
+            generation, spec = body.get("generation"), body.get("spec")
+            if type(generation) is not int or not isinstance(spec, dict) or not isinstance(spec.get("devices"), list):
+                raise Rejected("the spec body needs an integer generation and a spec with a devices list")
+        except Rejected as rejected:
+            return self.refuse(rejected)
+        last = self.journal.last_generation
+        if last is not None and generation < last:
+            log.info("spec generation %d is older than the applied %d: skipped", generation, last)
+            return []
+        try:
+            cdi = build_spec({"generation": generation, "devices": spec["devices"]}, self.driver.collect())
+            write_spec(cdi, self.cdi_path)
+        except (InventoryError, CdiError, KeyError, TypeError, OSError) as error:
+            log.error("spec generation %d cannot be applied: %s", generation, error)
+            failed = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
+            return [] if last is None else [self.observed(last, failed)]
+        self.journal.last_generation = generation
+        self.specs_applied += 1
+        conditions = [{"type": "DevicesUnresolved", "devices": list(cdi.unresolved),
+                       "message": "booked devices the inventory does not back are left out of the CDI spec"}]
+        log.info("spec generation %d applied: %d device(s)%s", generation,
+                 len(cdi.document["devices"]) if cdi.document else 0,
+                 f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "")
+        return [self.observed(generation, conditions if cdi.unresolved else [])]
+
+    def observed(self, generation: int, conditions: list[dict[str, Any]]) -> Observed:
+        return Observed(self.sign("observed", {"node_id": str(self.node_id), "generation": generation,
+                                               "conditions": conditions}))
+
+    def execute(self, envelope: Envelope) -> list[Message]:
+        """Execute a verified command once. A repeated delivery is answered from the journal. A
+        reboot is journalled before it runs: a reboot that ended the daemon before it recorded
+        would be delivered again after boot, and reboot again, forever."""
+        try:
+            body = self.open_intent(envelope, "command")
+            command_id, kind, args = body.get("command_id"), body.get("kind"), body.get("args", {})
+            if not isinstance(command_id, str) or not isinstance(kind, str) or not isinstance(args, dict):
+                raise Rejected("the command body needs a command_id, a kind and args")
+        except Rejected as rejected:
+            return self.refuse(rejected)
+        recorded = self.journal.status(command_id)
+        if recorded is not None:
+            log.info("command %s (%s) was executed before (%s): answered from the journal", command_id, kind, recorded)
+            return [self.result(command_id, recorded, None)]
+        if kind == REBOOT:
+            self.journal.record(command_id, SUCCEEDED)
+        status, output, messages = self.run_command(kind, args)
+        if kind != REBOOT or status != SUCCEEDED:
+            self.journal.record(command_id, status)
+        log.info("command %s (%s): %s", command_id, kind, status)
+        return [*messages, self.result(command_id, status, output)]
+
+    def run_command(self, kind: str, args: dict[str, Any]) -> tuple[str, str | None, list[Message]]:
+        """(status, output, messages to send before the result) of one command kind."""
+        try:
+            if kind == COLLECT_INVENTORY:
+                return SUCCEEDED, None, [self.inventory()]
+            if kind == REBOOT:
+                self.driver.reboot()
+                return SUCCEEDED, None, []
+            if kind == DRAIN_PROCESSES:
+                return SUCCEEDED, json.dumps(self.driver.processes()), []
+        except Exception as error:  # a command that fails is reported, whatever failed in it
+            log.warning("command %s failed: %s", kind, error)
+            return FAILED, f"{type(error).__name__}: {error}", []
+        return UNSUPPORTED_STATUS, f"{UNSUPPORTED}: this daemon does not know command kind {kind!r}", []
+
+    def result(self, command_id: str, status: str, output: str | None) -> Result:
+        return Result(self.sign("result", {"command_id": command_id, "status": status, "output": output}))
+
+    def renewed(self, pem: str) -> list[Message]:
+        """Keep a renewed SVID; the next connection presents it."""
+        try:
+            self.credentials = self.state.save_certificate(self.credentials, pem, self.clock())
+        except PkiError as error:
+            log.error("the renewed certificate is refused: %s", error)
+            return [Error(INVALID_ARGUMENT, f"the renewed certificate is refused: {error}")]
+        log.info("certificate renewed; valid until %s", self.credentials.certificate.not_valid_after_utc)
+        return []
+
+
+# -- the session -------------------------------------------------------------------------------------
+
+async def run(daemon: Daemon, gateway: str, stop: asyncio.Event, backoff: Backoff | None = None) -> None:
+    """Hold a session with the gateway until `stop` is set, reconnecting after every end."""
+    url = endpoint(gateway, SESSION_PATH)
+    backoff = backoff or Backoff()
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        started = loop.time()
+        try:
+            await session(daemon, url, stop)
+        except ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd is not None else None
+            if code == FENCED:
+                log.warning("fenced: a newer session of node %s exists; reconnecting after backoff", daemon.node_id)
+            else:
+                log.warning("session ended (%s)", closed)
+        except (*UNREACHABLE, ProtocolError) as error:
+            expired = daemon.credentials.certificate.not_valid_after_utc <= daemon.clock()
+            log.warning("cannot hold a session with %s: %s%s", url, error,
+                        "; the node's certificate has expired: join again with a new token" if expired else "")
+        except Exception:
+            # A bug or a broken disk: what was applied stays on disk. Try again after the backoff
+            # (and in a simulator, do not end the other nodes).
+            log.exception("session failed")
+        if loop.time() - started > backoff.cap:  # a session that held a while: start the backoff over
+            backoff.reset()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), backoff.next())
+
+
+async def session(daemon: Daemon, url: str, stop: asyncio.Event) -> None:
+    """One session, from the handshake to its end; returns when stopped, raises when it ends otherwise."""
+    async with dial(url, daemon.state.session_tls()) as connection:
+        helpers = [asyncio.create_task(close_on(stop, connection))]
+        try:
+            async with asyncio.timeout(ANSWER_SECONDS):
+                hello = decode(await connection.recv())
+            if isinstance(hello, Error):  # the gateway refused the session (e.g. an expired SVID)
+                raise ProtocolError(hello.code, hello.message, hello.hint)
+            if not isinstance(hello, Hello):
+                raise ProtocolError(INVALID_ARGUMENT, f"the gateway opened the session with {hello.TYPE}, not hello")
+            log.info("session open (epoch %d) with %s", hello.epoch, url)
+            daemon.connected = True
+            helpers += [asyncio.create_task(heartbeat(connection, hello.heartbeat_seconds)),
+                        asyncio.create_task(renew(daemon, connection))]
+            try:
+                await send(connection, await asyncio.to_thread(daemon.inventory))
+            except InventoryError as error:
+                log.warning("inventory not sent: %s", error)
+            await converse(daemon, connection)
+        except ConnectionClosed:
+            if not stop.is_set():
+                raise
+        finally:
+            daemon.connected = False
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+
+
+async def converse(daemon: Daemon, connection: ClientConnection) -> None:
+    """Handle the gateway's messages one at a time until the connection ends (ConnectionClosed)."""
+    while True:
+        frame = await connection.recv()
+        try:
+            message = decode(frame)
+        except ProtocolError as error:
+            log.warning("the gateway sent what is not a message: %s", error)
+            await send(connection, error.error())
+            continue
+        for answer in await asyncio.to_thread(daemon.handle, message):
+            await send(connection, answer)
+
+
+async def send(connection: ClientConnection, message: Message) -> None:
+    try:
+        frame = encode(message)
+    except ProtocolError as error:  # over its bound: not sent (the gateway would refuse it)
+        log.error("%s not sent: %s", message.TYPE, error)
+        return
+    await connection.send(frame)
+
+
+async def heartbeat(connection: ClientConnection, seconds: float) -> None:
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            await asyncio.sleep(seconds)
+            await connection.send(encode(Heartbeat()))
+
+
+async def renew(daemon: Daemon, connection: ClientConnection) -> None:
+    """Ask for a new SVID once 2/3 of the current one's life has passed (pki.renew_at), and again
+    every RENEW_RETRY_SECONDS until a `certificate` answer moves that moment on."""
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            wait = (daemon.renew_at() - daemon.clock()).total_seconds()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            log.info("renewing the certificate (valid until %s)", daemon.credentials.certificate.not_valid_after_utc)
+            await send(connection, daemon.renewal())
+            await asyncio.sleep(RENEW_RETRY_SECONDS)
+
+
+async def close_on(stop: asyncio.Event, connection: ClientConnection) -> None:
+    await stop.wait()
+    await connection.close()
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event that SIGTERM or SIGINT sets (in the running loop): the graceful stop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+def run_until_signalled(daemon: Daemon, gateway: str) -> None:
+    async def main() -> None:
+        await run(daemon, gateway, stop_on_signals())
+    asyncio.run(main())
+    log.info("stopped")

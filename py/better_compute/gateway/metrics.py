@@ -1,0 +1,43 @@
+"""Prometheus metrics of the gateway (DESIGN §15), served at GET /metrics on the gateway's port.
+
+Label values are bounded (DESIGN §14): `type` is a protocol message type or "unknown", `code` a
+contract error code or "other", `direction` in or out.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+
+from better_compute.errors import INTERNAL, SQLSTATE_TO_CODE
+from better_compute.nodeproto import TYPES
+
+UNKNOWN = "unknown"
+OTHER = "other"
+CODES = frozenset(code for code, _status in SQLSTATE_TO_CODE.values()) | {INTERNAL[0]}
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.sessions = Gauge("bc_gateway_sessions", "Node sessions open on this gateway.", registry=self.registry)
+        self.joins = Counter("bc_gateway_joins_total", "Nodes joined through this gateway.", registry=self.registry)
+        self.messages = Counter("bc_gateway_messages_total", "Node protocol messages, by direction and type.",
+                                ["direction", "type"], registry=self.registry)
+        self.errors = Counter("bc_gateway_errors_total", "Error messages sent to nodes, by code.", ["code"],
+                              registry=self.registry)
+        self.heartbeat_statements = Counter("bc_gateway_heartbeat_statements_total",
+                                            "node_api.heartbeats calls (one per interval for all sessions).",
+                                            registry=self.registry)
+        self.heartbeat_sessions = Counter("bc_gateway_heartbeat_sessions_total",
+                                          "Sessions written by those calls.", registry=self.registry)
+        self.fenced = Counter("bc_gateway_fenced_total", "Sessions closed as FENCED (close code 4001).",
+                              registry=self.registry)
+
+    def message(self, direction: str, kind: str) -> None:
+        self.messages.labels(direction, kind if kind in TYPES else UNKNOWN).inc()
+
+    def error(self, code: str) -> None:
+        self.errors.labels(code if code in CODES else OTHER).inc()
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,260 @@
+"""The node wire protocol (docs/nodes.md), shared by the gateway and the daemon.
+
+One WebSocket per node, JSON text frames. Every message is an object `{"v": 1, "type": ..., ...}`;
+each type is a small frozen dataclass here, with the most bytes one frame of it may have (P12): a
+frame is at most NODE_MESSAGE_BYTES (compute.limits node_message_bytes), and types that never
+carry a document are bounded far lower, so a peer cannot make the other side parse a megabyte of
+"heartbeat". `decode` refuses what is not a message of this protocol with a ProtocolError, which
+the receiver answers as an `error` message and otherwise ignores (an unknown version or type is
+UNSUPPORTED: a newer peer is told, not disconnected). Fields a type does not know are ignored,
+so a newer peer can add optional fields within version 1.
+
+Signed envelopes travel as plain dicts: what they say is checked with pki.open_envelope by
+whoever acts on them, never here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any, ClassVar, Union
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+VERSION = 1
+NODE_MESSAGE_BYTES = 1 << 20  # = compute.limits node_message_bytes (tests/test_gateway.py keeps them equal)
+SMALL_BYTES = 1024  # hello, heartbeat
+PEM_BYTES = 16 * 1024  # a CSR (pki.csr.CSR_BYTES_MAX) or a certificate, JSON-escaped, with room
+JOINED_BYTES = 64 * 1024  # a certificate, the CA, the intent key, names
+
+JOIN_PATH = "/join"
+SESSION_PATH = "/session"
+FENCED = 4001  # close code: a newer session of this node exists (or this one ended)
+GOING_AWAY = 1001  # close code: the gateway is stopping; dial again (another gateway, or this one later)
+
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+UNSUPPORTED = "UNSUPPORTED"
+
+Envelope = dict[str, Any]  # {"v": 1, "purpose", "body", "sig"}: see pki.signing
+
+
+class ProtocolError(Exception):
+    """A frame that is not a message of this protocol; `error()` is the answer to send."""
+
+    def __init__(self, code: str, message: str, hint: str | None = None):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.hint = hint
+
+    def error(self) -> Error:
+        return Error(self.code, self.message, self.hint)
+
+
+# -- join (path /join, TLS without a client certificate) -----------------------------------------
+
+@dataclass(frozen=True)
+class Join:
+    """node: its token, CSR (PEM) and inventory, the envelope signed with the CSR's key."""
+
+    TYPE: ClassVar[str] = "join"
+    LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
+    token: str
+    csr: str
+    inventory: Envelope
+
+
+@dataclass(frozen=True)
+class Joined:
+    """gateway: the node's id and SVID, the CA to trust, the intent key (intent_key_text)."""
+
+    TYPE: ClassVar[str] = "joined"
+    LIMIT: ClassVar[int] = JOINED_BYTES
+    node_id: str
+    certificate: str
+    ca: str
+    intent_key: str
+    trust_domain: str
+
+
+# -- session (path /session, mutual TLS with the node's SVID) ------------------------------------
+
+@dataclass(frozen=True)
+class Hello:
+    """gateway: the session is open under `epoch`; heartbeat every `heartbeat_seconds`."""
+
+    TYPE: ClassVar[str] = "hello"
+    LIMIT: ClassVar[int] = SMALL_BYTES
+    epoch: int
+    heartbeat_seconds: float
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    TYPE: ClassVar[str] = "heartbeat"
+    LIMIT: ClassVar[int] = SMALL_BYTES
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """node: envelope("inventory", inventory document)."""
+
+    TYPE: ClassVar[str] = "inventory"
+    LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
+    envelope: Envelope
+
+
+@dataclass(frozen=True)
+class Spec:
+    """gateway: envelope("spec", {node_id, generation, spec}), signed by the control plane's intent key."""
+
+    TYPE: ClassVar[str] = "spec"
+    LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
+    envelope: Envelope
+
+
+@dataclass(frozen=True)
+class Observed:
+    """node: envelope("observed", {node_id, generation, conditions})."""
+
+    TYPE: ClassVar[str] = "observed"
+    LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
+    envelope: Envelope
+
+
+@dataclass(frozen=True)
+class Command:
+    """gateway: envelope("command", {command_id, node_id, kind, args}), signed by the intent key."""
+
+    TYPE: ClassVar[str] = "command"
+    LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
+    envelope: Envelope
+
+
+@dataclass(frozen=True)
+class Result:
+    """node: envelope("result", {command_id, status, output})."""
+
+    TYPE: ClassVar[str] = "result"
+    LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
+    envelope: Envelope
+
+
+@dataclass(frozen=True)
+class Renew:
+    """node: a CSR (PEM) for its next SVID (the same key or a new one)."""
+
+    TYPE: ClassVar[str] = "renew"
+    LIMIT: ClassVar[int] = PEM_BYTES
+    csr: str
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """gateway: the renewed SVID (PEM)."""
+
+    TYPE: ClassVar[str] = "certificate"
+    LIMIT: ClassVar[int] = PEM_BYTES
+    certificate: str
+
+
+@dataclass(frozen=True)
+class Error:
+    """Either side: a contract code (DESIGN §13), a message and a hint."""
+
+    TYPE: ClassVar[str] = "error"
+    LIMIT: ClassVar[int] = PEM_BYTES
+    code: str
+    message: str
+    hint: str | None = None
+
+
+Message = Union[Join, Joined, Hello, Heartbeat, Inventory, Spec, Observed, Command, Result, Renew, Certificate, Error]
+TYPES: dict[str, type[Message]] = {cls.TYPE: cls for cls in typing.get_args(Message)}
+# Each type's fields and their types, for decode (resolved once: annotations are strings here).
+FIELD_TYPES: dict[type[Message], dict[str, Any]] = {
+    cls: {field.name: typing.get_type_hints(cls)[field.name] for field in fields(cls)} for cls in TYPES.values()
+}
+
+
+def encode(message: Message) -> str:
+    """The frame of a message; ProtocolError when it is larger than its type allows."""
+    text = json.dumps({"v": VERSION, "type": message.TYPE, **asdict(message)}, separators=(",", ":"),
+                      ensure_ascii=False)
+    size = len(text.encode("utf-8"))
+    if size > message.LIMIT:
+        raise ProtocolError(INVALID_ARGUMENT, f"a {message.TYPE} message has {size} bytes, more than {message.LIMIT}")
+    return text
+
+
+def decode(frame: str | bytes) -> Message:
+    """The message in a frame, checked: a text frame of JSON, version 1, a known type within its
+    size bound, every field present with its type. ProtocolError otherwise."""
+    if not isinstance(frame, str):
+        raise ProtocolError(INVALID_ARGUMENT, "node messages are JSON text frames, not binary ones")
+    size = len(frame.encode("utf-8", "replace"))
+    if size > NODE_MESSAGE_BYTES:
+        raise ProtocolError(INVALID_ARGUMENT, f"a message has {size} bytes, more than {NODE_MESSAGE_BYTES}",
+                            "Limit node_message_bytes.")
+    try:
+        document = json.loads(frame)
+    except ValueError as error:
+        raise ProtocolError(INVALID_ARGUMENT, f"a message is not JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise ProtocolError(INVALID_ARGUMENT, "a message is a JSON object")
+    version = document.get("v")
+    if type(version) is not int or version != VERSION:
+        raise ProtocolError(UNSUPPORTED, f"protocol version {version!r:.20} is not supported",
+                            f"This side speaks version {VERSION}.")
+    kind = document.get("type")
+    cls = TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(UNSUPPORTED, f"message type {kind!r:.60} is not supported",
+                            f"Known types: {', '.join(sorted(TYPES))}.")
+    if size > cls.LIMIT:
+        raise ProtocolError(INVALID_ARGUMENT, f"a {kind} message has {size} bytes, more than {cls.LIMIT}")
+    values: dict[str, Any] = {}
+    for field in fields(cls):
+        if field.name not in document:
+            if field.default is not MISSING:  # has a default: optional
+                continue
+            raise ProtocolError(INVALID_ARGUMENT, f"a {kind} message needs the field {field.name}")
+        value = document[field.name]
+        if not accepts(FIELD_TYPES[cls][field.name], value):
+            raise ProtocolError(INVALID_ARGUMENT, f"field {field.name} of a {kind} message has the wrong type")
+        values[field.name] = value
+    return cls(**values)
+
+
+def accepts(hint: Any, value: Any) -> bool:
+    """Whether a JSON value fits a field's type: str, int, float, dict[...] and unions of them with None."""
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        return any(accepts(member, value) for member in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if isinstance(value, bool):  # JSON true is not a number here
+        return hint is bool
+    if hint is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, typing.get_origin(hint) or hint)
+
+
+# -- the intent key, as `joined` carries it ------------------------------------------------------
+
+def intent_key_text(key: Ed25519PublicKey) -> str:
+    """The control plane's Ed25519 intent key as `joined.intent_key`: base64 of its 32 raw bytes."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def read_intent_key(text: str) -> Ed25519PublicKey:
+    """The intent key of `joined.intent_key` (what a node checks specs and commands with)."""
+    try:
+        return Ed25519PublicKey.from_public_bytes(base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError) as error:
+        raise ProtocolError(INVALID_ARGUMENT, f"intent_key is not a base64 Ed25519 public key: {error}") from None

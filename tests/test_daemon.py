@@ -1,0 +1,668 @@
+"""The node daemon's runtime (better_compute.daemon.runtime, state, join) and the simulator.
+
+The Daemon core is driven message by message with real keys (a CA in tmp_path, the control
+plane's Ed25519 intent key, the node's P-256 key), the fake driver and real files: a verified spec
+becomes the CDI file and a signed `observed`; a spec or command that does not verify, or names
+another node, changes nothing; a command id executes once, also across a restart (the journal).
+
+End to end, real `bcd join` / `bcd run` processes (fake driver) talk to the real gateway and worker
+(tests/gateway_support.py): the node is adopted, a reservation made through the API functions
+shows up in its CDI file within seconds and goes away on release, a command delivered twice runs
+once, a killed daemon changes nothing in the database, and `sim nodes` runs several nodes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from psycopg.types.json import Jsonb
+from typer.testing import CliRunner
+from websockets.asyncio.client import connect
+
+from better_compute.daemon import app
+from better_compute.daemon.drivers import InventoryError, fake
+from better_compute.daemon.journal import Journal
+from better_compute.daemon.runtime import Backoff, Daemon, endpoint, renew
+from better_compute.daemon.state import CERT_FILE, KEY_FILE, NodeState, NotJoined
+from better_compute.nodeproto import (FENCED, SESSION_PATH, Certificate, Command, Error, Hello, Inventory, Joined,
+                                      Message, Observed, Renew, Result, Spec, decode, intent_key_text)
+from better_compute.pki import (CertificateAuthority, IntentSigner, PkiError, generate_node_key, issue_svid, make_csr,
+                                open_envelope, read_csr, sign_envelope)
+from better_compute.sim import mint_tokens
+from fleet import make_pool
+from gateway_support import REPO, GatewayProcess, running_gateway, running_worker_process
+
+TRUST_DOMAIN = "fleet.example.com"
+HOSTNAME = "sim-0001"
+NOW = datetime.now(timezone.utc).replace(microsecond=0)  # real time: certificates are checked by the wall clock
+H200_INVENTORY = Path(__file__).parent / "fixtures" / "nvidia-h200" / "inventory.json"
+GPU = fake.gpu_uuid(HOSTNAME, 0)
+PROCESSES = [{"pid": 4242, "gpu_uuid": GPU, "used_memory_mib": 1024, "gi": None, "ci": None}]
+
+
+class FlakyDriver(fake.Driver):
+    """The fake driver, whose collect fails while `broken` (as nvidia-smi does when the driver is gone)."""
+
+    broken = False
+
+    def collect(self) -> dict[str, Any]:
+        if self.broken:
+            raise InventoryError("nvidia-smi: not found")
+        return super().collect()
+
+
+@dataclass
+class Node:
+    """A joined node's state directory, the control plane's keys, and the Daemon on them."""
+
+    tmp: Path
+    ca: CertificateAuthority
+    intent: IntentSigner
+    state: NodeState
+    driver: FlakyDriver
+    node_id: uuid.UUID
+
+    @property
+    def cdi_path(self) -> Path:
+        return self.tmp / "cdi" / "better-compute.yaml"
+
+    def daemon(self, clock: datetime = NOW) -> Daemon:
+        """A Daemon as a (re)started `bcd run` makes it: credentials and journal read from disk."""
+        return Daemon(self.state, self.driver, self.cdi_path, lambda: clock)
+
+    def spec(self, generation: int, *devices: dict[str, Any], node_id: uuid.UUID | None = None) -> Spec:
+        body = {"node_id": str(node_id or self.node_id), "generation": generation,
+                "spec": {"node_id": str(node_id or self.node_id), "devices": list(devices)}}
+        return Spec(self.intent.sign("spec", body))
+
+    def command(self, kind: str) -> Command:
+        return Command(self.intent.sign("command", {"command_id": str(uuid.uuid4()), "node_id": str(self.node_id),
+                                                     "kind": kind, "args": {}}))
+
+    def opened(self, message: Message) -> dict[str, Any]:
+        """The body of what the node sent up, verified with the key of its certificate."""
+        assert isinstance(message, (Observed, Result, Inventory)), message
+        return open_envelope(message.envelope, self.state.load().certificate.public_key(), message.TYPE)
+
+    def cdi_devices(self) -> list[str]:
+        return [device["name"] for device in yaml.safe_load(self.cdi_path.read_text())["devices"]]
+
+
+def joined(ca: CertificateAuthority, intent: IntentSigner, key: Any, node_id: uuid.UUID) -> Joined:
+    certificate = issue_svid(ca, make_csr(key, HOSTNAME), node_id, NOW)
+    return Joined(str(node_id), certificate, pem(ca.certificate), intent_key_text(intent.private_key.public_key()),
+                  TRUST_DOMAIN)
+
+
+def pem(certificate: x509.Certificate) -> str:
+    return certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    ca = CertificateAuthority.open(tmp_path / "ca" / "ca.key", TRUST_DOMAIN, NOW)
+    intent = IntentSigner(tmp_path / "ca" / "intent.key")
+    state = NodeState(tmp_path / "state")
+    node_id = uuid.uuid4()
+    state.save_joined(joined(ca, intent, state.key(), node_id), HOSTNAME, NOW)
+    driver = FlakyDriver(H200_INVENTORY, hostname=HOSTNAME, processes=PROCESSES)
+    return Node(tmp_path, ca, intent, state, driver, node_id)
+
+
+def gpu_booking(uuid_: str = GPU, reservation: str = "r-1") -> dict[str, Any]:
+    return {"device_uuid": uuid_, "index": 0, "kind": "gpu", "profile": None, "placement": None, "slot": None,
+            "cdi_name": f"nvidia.com/gpu={uuid_}", "reservation_id": reservation, "until": "2030-01-01T00:00:00+00:00"}
+
+
+# -- the state directory ----------------------------------------------------------------------------
+
+def test_the_state_directory_keeps_a_private_key_and_the_identity(node: Node) -> None:
+    assert stat.S_IMODE((node.state.directory / KEY_FILE).stat().st_mode) == 0o600
+    assert stat.S_IMODE(node.state.directory.stat().st_mode) == 0o700
+    credentials = node.state.load()
+    assert (credentials.node_id, credentials.trust_domain, credentials.hostname) == (node.node_id, TRUST_DOMAIN,
+                                                                                     HOSTNAME)
+    assert credentials.intent_key == node.intent.private_key.public_key()
+    assert credentials.certificate.public_key() == credentials.key.public_key()
+    assert node.state.session_tls() is not None  # OpenSSL takes the key and certificate files
+    assert sorted(path.name for path in node.state.directory.iterdir() if path.name.startswith(".")) == []
+
+
+def test_an_empty_state_directory_is_not_joined(tmp_path: Path) -> None:
+    state = NodeState(tmp_path / "fresh")
+    assert not state.joined
+    with pytest.raises(NotJoined, match="bcd join"):
+        state.load()
+
+
+def test_join_answers_for_another_key_or_node_are_not_kept(node: Node, tmp_path: Path) -> None:
+    state = NodeState(tmp_path / "other")
+    stranger = generate_node_key()
+    with pytest.raises(PkiError, match="not for this node's key"):
+        state.save_joined(joined(node.ca, node.intent, stranger, uuid.uuid4()), HOSTNAME, NOW)
+    answer = joined(node.ca, node.intent, state.key(), uuid.uuid4())
+    with pytest.raises(PkiError, match="not node"):
+        state.save_joined(Joined(str(uuid.uuid4()), answer.certificate, answer.ca, answer.intent_key, TRUST_DOMAIN),
+                          HOSTNAME, NOW)
+    assert not state.joined
+
+
+# -- specs ----------------------------------------------------------------------------------------------
+
+def test_a_signed_spec_becomes_the_cdi_file_and_a_signed_observed(node: Node) -> None:
+    daemon = node.daemon()
+    [observed] = daemon.handle(node.spec(3, gpu_booking()))
+    assert node.opened(observed) == {"node_id": str(node.node_id), "generation": 3, "conditions": []}
+    assert node.cdi_devices() == [GPU]
+    assert daemon.specs_applied == 1
+    assert Journal(node.state.directory).last_generation == 3
+
+
+def test_a_spec_without_bookings_removes_the_cdi_file(node: Node) -> None:
+    daemon = node.daemon()
+    daemon.handle(node.spec(1, gpu_booking()))
+    [observed] = daemon.handle(node.spec(2))
+    assert node.opened(observed)["generation"] == 2
+    assert not node.cdi_path.exists()
+
+
+def test_an_older_generation_is_skipped_and_the_same_one_reported_again(node: Node) -> None:
+    daemon = node.daemon()
+    daemon.handle(node.spec(5, gpu_booking()))
+    before = node.cdi_path.read_bytes()
+    assert daemon.handle(node.spec(4)) == []
+    assert node.cdi_path.read_bytes() == before
+    [again] = node.daemon().handle(node.spec(5, gpu_booking()))  # restarted: the journal knows 5
+    assert node.opened(again)["generation"] == 5 and node.cdi_path.read_bytes() == before
+
+
+def tampered(node: Node) -> Spec:
+    spec = node.spec(2, gpu_booking())
+    envelope = copy.deepcopy(spec.envelope)
+    envelope["body"]["spec"]["devices"][0]["cdi_name"] = "nvidia.com/gpu=GPU-someone-elses"
+    return Spec(envelope)
+
+
+def signed_by_a_stranger(node: Node) -> Spec:
+    body = node.spec(2, gpu_booking()).envelope["body"]
+    return Spec(sign_envelope("spec", body, Ed25519PrivateKey.generate()))
+
+
+def signed_by_the_node(node: Node) -> Spec:
+    """Signed, but by the node's own key: only the control plane's intent key signs intent."""
+    return Spec(sign_envelope("spec", node.spec(2, gpu_booking()).envelope["body"], node.state.load().key))
+
+
+def for_another_node(node: Node) -> Spec:
+    return node.spec(2, gpu_booking(), node_id=uuid.uuid4())
+
+
+def a_command_as_a_spec(node: Node) -> Spec:
+    return Spec(node.intent.sign("command", node.spec(2, gpu_booking()).envelope["body"]))
+
+
+@pytest.mark.parametrize("forge", [tampered, signed_by_a_stranger, signed_by_the_node, for_another_node,
+                                   a_command_as_a_spec])
+def test_a_spec_that_does_not_verify_for_this_node_is_not_applied(node: Node, forge: Any,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    daemon = node.daemon()
+    daemon.handle(node.spec(1))
+    [answer] = daemon.handle(forge(node))
+    assert isinstance(answer, Error) and answer.code == "INVALID_ARGUMENT"
+    assert not node.cdi_path.exists()
+    assert Journal(node.state.directory).last_generation == 1 and daemon.specs_applied == 1
+    assert "not applied" in caplog.text
+
+
+def test_a_booking_the_inventory_cannot_back_is_a_condition(node: Node) -> None:
+    gone = fake.gpu_uuid(HOSTNAME, 7)
+    [observed] = node.daemon().handle(node.spec(2, gpu_booking(), gpu_booking(gone, "r-2")))
+    [condition] = node.opened(observed)["conditions"]
+    assert condition["type"] == "DevicesUnresolved" and condition["devices"] == [f"nvidia.com/gpu={gone}"]
+    assert node.cdi_devices() == [GPU]
+
+
+def test_a_spec_that_cannot_be_applied_reports_the_last_applied_generation(node: Node) -> None:
+    daemon = node.daemon()
+    assert node.opened(daemon.handle(node.spec(1, gpu_booking()))[0])["generation"] == 1
+    node.driver.broken = True
+    [observed] = daemon.handle(node.spec(2))
+    body = node.opened(observed)
+    assert body["generation"] == 1 and body["conditions"][0]["type"] == "SpecFailed"
+    assert node.cdi_devices() == [GPU]  # what was applied stays
+
+
+# -- commands ---------------------------------------------------------------------------------------------
+
+def results(node: Node, messages: list[Message]) -> list[dict[str, Any]]:
+    return [node.opened(message) for message in messages if isinstance(message, Result)]
+
+
+def test_a_command_delivered_twice_runs_once_also_across_a_restart(node: Node) -> None:
+    reboot = node.command("reboot")
+    first = results(node, node.daemon().handle(reboot))
+    second = results(node, node.daemon().handle(reboot))  # a restarted daemon: the journal on disk answers
+    assert node.driver.reboots == 1
+    assert [result["status"] for result in first + second] == ["succeeded", "succeeded"]
+    assert first[0]["command_id"] == second[0]["command_id"] == reboot.envelope["body"]["command_id"]
+
+
+def test_drain_processes_reports_the_gpu_processes(node: Node) -> None:
+    [result] = results(node, node.daemon().handle(node.command("drain_processes")))
+    assert result["status"] == "succeeded" and json.loads(result["output"]) == PROCESSES
+
+
+def test_collect_inventory_sends_a_fresh_signed_inventory_before_the_result(node: Node) -> None:
+    inventory, result = node.daemon().handle(node.command("collect_inventory"))
+    assert node.opened(inventory) == node.driver.collect()
+    assert node.opened(result)["status"] == "succeeded"
+
+
+def test_an_unknown_kind_is_unsupported_and_journalled(node: Node) -> None:
+    command = node.command("format_disks")
+    [result] = results(node, node.daemon().handle(command))
+    assert result["status"] == "unsupported" and "format_disks" in result["output"]
+    assert Journal(node.state.directory).status(command.envelope["body"]["command_id"]) == "unsupported"
+
+
+def test_a_command_that_fails_is_reported_failed(node: Node) -> None:
+    node.driver.broken = True
+    [result] = results(node, node.daemon().handle(node.command("collect_inventory")))
+    assert result["status"] == "failed" and "nvidia-smi" in result["output"]
+
+
+def test_a_command_that_does_not_verify_is_not_executed(node: Node) -> None:
+    reboot = node.command("reboot")
+    forged = Command(sign_envelope("command", reboot.envelope["body"], Ed25519PrivateKey.generate()))
+    [answer] = node.daemon().handle(forged)
+    assert isinstance(answer, Error) and node.driver.reboots == 0
+    assert not Journal(node.state.directory).seen(reboot.envelope["body"]["command_id"])
+
+
+# -- the certificate --------------------------------------------------------------------------------------
+
+def test_renewal_asks_for_the_same_key_and_keeps_the_new_certificate(node: Node) -> None:
+    later = NOW + timedelta(minutes=45)
+    daemon = node.daemon(later)
+    assert daemon.renew_at() <= later
+    csr = read_csr(daemon.renewal().csr)
+    assert csr.public_key == node.state.load().key.public_key() and csr.hostname == HOSTNAME
+    renewed = issue_svid(node.ca, daemon.renewal().csr, node.node_id, later)
+    assert daemon.handle(Certificate(renewed)) == []
+    assert (node.state.directory / CERT_FILE).read_text() == renewed
+    assert daemon.renew_at() > later and node.state.load().certificate == daemon.credentials.certificate
+
+
+def test_a_renewed_certificate_for_another_key_is_refused(node: Node) -> None:
+    daemon = node.daemon()
+    before = (node.state.directory / CERT_FILE).read_bytes()
+    stranger = issue_svid(node.ca, make_csr(generate_node_key(), HOSTNAME), node.node_id, NOW)
+    [answer] = daemon.handle(Certificate(stranger))
+    assert isinstance(answer, Error)
+    assert (node.state.directory / CERT_FILE).read_bytes() == before
+
+
+# -- the session's pieces ---------------------------------------------------------------------------------
+
+def test_backoff_is_exponential_with_full_jitter_up_to_a_cap() -> None:
+    draws: list[tuple[float, float]] = []
+    backoff = Backoff(base=0.5, cap=30.0, draw=lambda low, high: draws.append((low, high)) or high)
+    assert [backoff.next() for _ in range(9)] == [0.5, 1, 2, 4, 8, 16, 30, 30, 30]
+    assert all(low == 0 for low, _ in draws)
+    backoff.reset()
+    assert backoff.next() == 0.5
+
+
+def test_the_session_asks_for_a_new_certificate_once_due(node: Node) -> None:
+    class Connection:
+        def __init__(self) -> None:
+            self.sent: list[Message] = []
+
+        async def send(self, frame: str) -> None:
+            self.sent.append(decode(frame))
+
+    async def sent_within(daemon: Daemon, seconds: float) -> list[Message]:
+        connection = Connection()
+        task = asyncio.create_task(renew(daemon, connection))  # type: ignore[arg-type]
+        await asyncio.sleep(seconds)
+        task.cancel()
+        return connection.sent
+
+    assert asyncio.run(sent_within(node.daemon(NOW), 0.2)) == []
+    [renewal] = asyncio.run(sent_within(node.daemon(NOW + timedelta(minutes=45)), 0.2))
+    assert isinstance(renewal, Renew) and read_csr(renewal.csr).public_key == node.state.load().key.public_key()
+
+
+def test_bcd_says_what_is_wrong_and_exits_non_zero(node: Node, tmp_path: Path) -> None:
+    runner = CliRunner()
+    fresh = str(tmp_path / "fresh")
+    not_joined = runner.invoke(app, ["run", "--gateway", "wss://127.0.0.1:1", "--state-dir", fresh,
+                                     *fake_driver(HOSTNAME)])
+    assert not_joined.exit_code == 1 and "bcd join" in not_joined.output
+    assert not Path(fresh).exists()  # nothing made where no node joined
+    ca_file = str(node.tmp / "ca" / "ca.crt")
+    unreachable = runner.invoke(app, ["join", "--gateway", "wss://127.0.0.1:1", "--token", "t", "--ca-file", ca_file,
+                                      "--state-dir", fresh, *fake_driver(HOSTNAME)])
+    assert unreachable.exit_code == 1 and "cannot reach the gateway" in unreachable.output
+    twice = runner.invoke(app, ["join", "--gateway", "wss://127.0.0.1:1", "--token", "t", "--ca-file", ca_file,
+                                "--state-dir", str(node.state.directory), *fake_driver(HOSTNAME)])
+    assert twice.exit_code == 1 and f"holds node {node.node_id} already" in twice.output
+
+
+def test_nodes_dial_only_tls() -> None:
+    assert endpoint("wss://gw.example.com:8443/", "/session") == "wss://gw.example.com:8443/session"
+    with pytest.raises(ValueError, match="wss://"):
+        endpoint("ws://gw.example.com", "/session")
+
+
+# -- end to end: bcd processes, the real gateway and worker ------------------------------------------------
+
+BCD = Path(sys.executable).with_name("bcd")
+TENANT = "00000000-0000-0000-0000-0000000bcd01"
+ALLOW = {"allowed": True, "reason": "test", "matched": [], "principal": "user:alice"}
+SECONDS = 15.0  # what the daemon must do (converge, answer) happens well within this
+STOP_SECONDS = 15.0
+
+
+def wait_until(condition: Callable[[], Any], what: str, log: Callable[[], str] = lambda: "",
+               timeout: float = SECONDS) -> Any:
+    """Poll until `condition` is truthy; its value. The daemon's log is quoted when it never is."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}\n{log()[-4000:]}"
+        time.sleep(0.1)
+    return value
+
+
+@pytest.fixture
+def sql(db_dsn: str) -> Iterator[psycopg.Connection]:
+    """A superuser connection in autocommit: what the API and operators do beside the node."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def control_plane(db_dsn: str, tmp_path: Path) -> Iterator[GatewayProcess]:
+    """The gateway, and the worker that signs specs and commands."""
+    with running_gateway(db_dsn, tmp_path / "keys") as gateway, running_worker_process(db_dsn, gateway.keys):
+        yield gateway
+
+
+@pytest.fixture
+def pool_id(sql: psycopg.Connection) -> uuid.UUID:
+    """An empty H200 pool of TENANT that offers whole GPUs: nodes join it."""
+    return make_pool(sql, [], shapes=("gpu",), tenant_id=TENANT)
+
+
+def api(sql: psycopg.Connection, method: str, document: dict[str, Any]) -> Any:
+    """One API call as the relay makes it (api.prepare, an allow, api.admit); its data."""
+    prepared = sql.execute("SELECT api.prepare(%s, %s, %s)", (method, TENANT, Jsonb(document))).fetchone()[0]
+    answer = sql.execute("SELECT api.admit(%s, %s)", (prepared["admission_id"], Jsonb(ALLOW))).fetchone()[0]
+    assert "data" in answer, answer
+    return answer["data"]
+
+
+def fake_driver(hostname: str) -> list[str]:
+    return ["--driver", "fake", "--driver-option", f"path={H200_INVENTORY}", "--driver-option", f"hostname={hostname}"]
+
+
+def bcd(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BCD), *arguments], capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "py")})
+
+
+@dataclass
+class RunningDaemon:
+    """A `bcd run` process and its log (stderr)."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def running_bcd(gateway: GatewayProcess, state_dir: Path, hostname: str, cdi_path: Path) -> Iterator[RunningDaemon]:
+    """`bcd run` (fake driver); SIGTERM, then SIGKILL, when the block ends and it still runs."""
+    log_path = Path(tempfile.mkstemp(prefix="bcd-", suffix=".log")[1])
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen([str(BCD), "run", "--gateway", gateway.url, "--state-dir", str(state_dir),
+                                    "--cdi-path", str(cdi_path), *fake_driver(hostname)],
+                                   stdout=subprocess.DEVNULL, stderr=log_file, cwd=REPO,
+                                   env={**os.environ, "PYTHONPATH": str(REPO / "py")})
+    try:
+        yield RunningDaemon(process, log_path)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log_path.unlink(missing_ok=True)
+
+
+@dataclass
+class JoinedNode:
+    hostname: str
+    state_dir: Path
+    node_id: uuid.UUID
+    cdi_path: Path
+
+
+def bcd_join(gateway: GatewayProcess, db_dsn: str, pool_id: uuid.UUID, tmp_path: Path) -> JoinedNode:
+    hostname = f"bcd-{uuid.uuid4().hex[:8]}"
+    state_dir = tmp_path / hostname
+    [token] = mint_tokens(db_dsn, pool_id, 1)
+    joined = bcd("join", "--gateway", gateway.url, "--token", token, "--ca-file", str(gateway.ca_path),
+                 "--state-dir", str(state_dir), *fake_driver(hostname))
+    assert joined.returncode == 0, joined.stderr
+    node_id = NodeState(state_dir).load().node_id
+    assert f"joined as node {node_id}" in joined.stdout
+    again = bcd("join", "--gateway", gateway.url, "--token", token, "--ca-file", str(gateway.ca_path),
+                "--state-dir", str(tmp_path / "again"), *fake_driver(hostname))
+    assert again.returncode == 1 and "ACCESS_DENIED" in again.stderr  # the token was used
+    return JoinedNode(hostname, state_dir, node_id, tmp_path / "cdi" / f"{hostname}.yaml")
+
+
+def spec_state(sql: psycopg.Connection, node_id: uuid.UUID) -> tuple[int | None, int | None]:
+    """(signed_generation, observed_generation) of the node's spec."""
+    return sql.execute("SELECT signed_generation, observed_generation FROM compute.node_specs WHERE node_id = %s",
+                       (node_id,)).fetchone()
+
+
+def converged(sql: psycopg.Connection, node: JoinedNode, devices: list[str]) -> bool:
+    """The CDI file lists exactly `devices` (none: no file) and the node reported the signed generation."""
+    signed, observed = spec_state(sql, node.node_id)
+    listed = ([device["name"] for device in yaml.safe_load(node.cdi_path.read_text())["devices"]]
+              if node.cdi_path.exists() else [])
+    return signed is not None and observed == signed and listed == devices
+
+
+def test_a_booking_reaches_the_cdi_file_and_leaves_it_on_release(control_plane: GatewayProcess, db_dsn: str,
+                                                                 sql: psycopg.Connection, pool_id: uuid.UUID,
+                                                                 tmp_path: Path) -> None:
+    node = bcd_join(control_plane, db_dsn, pool_id, tmp_path)
+    gpu = fake.gpu_uuid(node.hostname, 0)
+    assert sql.execute("SELECT name, pool_id FROM compute.nodes WHERE node_id = %s",
+                       (node.node_id,)).fetchone() == (node.hostname, pool_id)
+    assert sql.execute("SELECT d.uuid, a.kind FROM compute.atoms AS a JOIN compute.devices AS d USING (device_id) "
+                       "WHERE a.node_id = %s", (node.node_id,)).fetchall() == [(gpu, "gpu")]
+
+    with running_bcd(control_plane, node.state_dir, node.hostname, node.cdi_path) as daemon:
+        wait_until(lambda: converged(sql, node, []), "the first (empty) spec observed", daemon.log)
+        end = sql.execute("SELECT compute.compute_now() + interval '1 hour'").fetchone()[0]
+        reservation = api(sql, "reservations.create", {"pool_id": str(pool_id), "shape": "gpu", "count": 1,
+                                                       "end": end.isoformat()})
+        booked = time.monotonic()
+        wait_until(lambda: converged(sql, node, [gpu]), "the booked GPU in the CDI file", daemon.log)
+        assert time.monotonic() - booked < SECONDS
+        annotations = yaml.safe_load(node.cdi_path.read_text())["devices"][0]["annotations"]
+        assert annotations["better-compute/reservations"] == reservation["reservation_id"]
+        signed, _ = spec_state(sql, node.node_id)
+        assert yaml.safe_load(node.cdi_path.read_text())["annotations"]["better-compute/generation"] == str(signed)
+
+        api(sql, "reservations.release", {"reservation_id": reservation["reservation_id"]})
+        wait_until(lambda: converged(sql, node, []) and spec_state(sql, node.node_id)[0] > signed,
+                   "the released GPU gone from the CDI file", daemon.log)
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(STOP_SECONDS) == 0
+    wait_until(lambda: sql.execute("SELECT compute.node_connection(%s)", (node.node_id,)).fetchone()[0]["connected"]
+               is False, "the session closed by SIGTERM")
+
+
+def test_a_command_delivered_twice_executes_once(control_plane: GatewayProcess, db_dsn: str, sql: psycopg.Connection,
+                                                 pool_id: uuid.UUID, tmp_path: Path) -> None:
+    """The fake driver's reboot changes its boot id; two reboots would show the second boot id in the
+    inventory that collect_inventory sends afterwards."""
+    node = bcd_join(control_plane, db_dsn, pool_id, tmp_path)
+
+    def finished(command_id: str) -> str | None:
+        return sql.execute("SELECT state FROM compute.node_commands WHERE command_id = %s AND state <> 'pending'",
+                           (command_id,)).fetchone()
+
+    def enqueue(kind: str) -> str:
+        return str(sql.execute("SELECT (compute.command_enqueue(%s, %s, '{}', %s)).command_id",
+                               (node.node_id, kind, str(uuid.uuid4()))).fetchone()[0])
+
+    with running_bcd(control_plane, node.state_dir, node.hostname, node.cdi_path) as daemon:
+        reboot = enqueue("reboot")
+        assert wait_until(lambda: finished(reboot), "the reboot's result", daemon.log) == ("succeeded",)
+        # The result is lost on the way (as far as the control plane knows): delivered again.
+        sql.execute("UPDATE compute.node_commands SET state = 'pending', finished_at = NULL, delivered_at = NULL "
+                    "WHERE command_id = %s", (reboot,))
+        sql.execute("SELECT pg_notify('bc_node_command', %s)", (str(node.node_id),))
+        assert wait_until(lambda: finished(reboot), "the repeated reboot's result", daemon.log) == ("succeeded",)
+        assert "answered from the journal" in daemon.log()
+        unknown = enqueue("format_disks")
+        assert wait_until(lambda: finished(unknown), "the unknown kind's result", daemon.log) == ("unsupported",)
+        collect = enqueue("collect_inventory")
+        assert wait_until(lambda: finished(collect), "collect_inventory's result", daemon.log) == ("succeeded",)
+    boot_id = sql.execute("SELECT inventory ->> 'boot_id' FROM compute.nodes WHERE node_id = %s",
+                          (node.node_id,)).fetchone()[0]
+    assert boot_id == str(fake.derived_uuid(node.hostname, "boot", 1))  # rebooted once
+
+
+def test_a_killed_daemon_changes_nothing(control_plane: GatewayProcess, db_dsn: str, sql: psycopg.Connection,
+                                         pool_id: uuid.UUID, tmp_path: Path) -> None:
+    node = bcd_join(control_plane, db_dsn, pool_id, tmp_path)
+    end = sql.execute("SELECT compute.compute_now() + interval '1 hour'").fetchone()[0]
+    api(sql, "reservations.create", {"pool_id": str(pool_id), "shape": "gpu", "count": 1, "end": end.isoformat()})
+
+    def world() -> list[Any]:
+        return [sql.execute(query, (node.node_id,)).fetchall() for query in (
+            "SELECT atom_id, reservation_id, state, during FROM compute.bookings WHERE node_id = %s ORDER BY atom_id",
+            "SELECT generation, spec, signed_generation, observed_generation FROM compute.node_specs "
+            "WHERE node_id = %s",
+            "SELECT flag FROM compute.node_flags WHERE node_id = %s ORDER BY flag",
+            "SELECT device_id, present FROM compute.devices WHERE node_id = %s ORDER BY device_id")]
+
+    with running_bcd(control_plane, node.state_dir, node.hostname, node.cdi_path) as daemon:
+        wait_until(lambda: converged(sql, node, [fake.gpu_uuid(node.hostname, 0)]), "the booking applied", daemon.log)
+        before, cdi = world(), node.cdi_path.read_bytes()
+        daemon.process.kill()
+        daemon.process.wait()
+        wait_until(lambda: sql.execute("SELECT compute.node_connection(%s)", (node.node_id,)).fetchone()[0]["connected"]
+                   is False, "Connected=False")
+    assert world() == before and node.cdi_path.read_bytes() == cdi
+    assert before[0][0][2] == "active"
+
+
+def test_a_fenced_daemon_does_not_fight_and_comes_back(control_plane: GatewayProcess, db_dsn: str,
+                                                       sql: psycopg.Connection, pool_id: uuid.UUID,
+                                                       tmp_path: Path) -> None:
+    """A second session with the node's SVID fences the daemon's (4001); the daemon reconnects after
+    its backoff, with a new session that fences the intruder in turn, and stays connected."""
+    node = bcd_join(control_plane, db_dsn, pool_id, tmp_path)
+
+    def session() -> dict[str, Any]:
+        return sql.execute("SELECT compute.node_connection(%s)", (node.node_id,)).fetchone()[0]
+
+    async def intrude() -> tuple[int, int | None]:
+        async with connect(control_plane.url + SESSION_PATH, ssl=NodeState(node.state_dir).session_tls()) as intruder:
+            hello = decode(await intruder.recv())
+            assert isinstance(hello, Hello)
+            async with asyncio.timeout(SECONDS):
+                await intruder.wait_closed()
+            return hello.epoch, intruder.close_code
+
+    with running_bcd(control_plane, node.state_dir, node.hostname, node.cdi_path) as daemon:
+        wait_until(lambda: session()["connected"], "the daemon's session", daemon.log)
+        epoch, close_code = asyncio.run(intrude())
+        assert close_code == FENCED
+        wait_until(lambda: session()["session_epoch"] > epoch and session()["connected"], "the daemon back", daemon.log)
+        assert "fenced: a newer session" in daemon.log()
+
+
+def run_sim(gateway: GatewayProcess, db_dsn: str, pool_id: uuid.UUID, root: Path, count: int,
+            until: Callable[[list[str]], bool]) -> list[str]:
+    """`sim nodes` until `until(lines printed)`, then SIGINT; what it printed (it must exit 0)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "better_compute.cli.main", "sim", "nodes", "--count", str(count),
+         "--gateway", gateway.url, "--ca-file", str(gateway.ca_path), "--dsn", db_dsn, "--pool", str(pool_id),
+         "--state-root", str(root), "--inventory", str(H200_INVENTORY), "--status-seconds", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO / "py")})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: until(lines), f"{count} simulated nodes", lambda: "".join(lines))
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(STOP_SECONDS)
+        reader.join(STOP_SECONDS)
+    assert process.returncode == 0, "".join(lines)
+    return lines
+
+
+def test_the_simulator_runs_many_nodes_in_one_process(control_plane: GatewayProcess, db_dsn: str,
+                                                      sql: psycopg.Connection, pool_id: uuid.UUID,
+                                                      tmp_path: Path) -> None:
+    def nodes() -> list[tuple[str, str]]:
+        return sql.execute("SELECT n.name, d.uuid FROM compute.nodes AS n JOIN compute.devices AS d USING (node_id) "
+                           "WHERE n.pool_id = %s ORDER BY n.name", (pool_id,)).fetchall()
+
+    def all_converged(count: int) -> Callable[[list[str]], bool]:
+        def check(lines: list[str]) -> bool:
+            observed = sql.execute("SELECT count(*) FROM compute.node_specs AS s JOIN compute.nodes AS n "
+                                   "USING (node_id) WHERE n.pool_id = %s "
+                                   "AND s.observed_generation = s.signed_generation", (pool_id,)).fetchone()[0]
+            status = f"sim: {count}/{count} joined, {count} connected, {count} specs applied, 0 failed"
+            return observed == count and any(line.startswith(status) for line in lines)
+        return check
+
+    def expected(count: int) -> list[tuple[str, str]]:
+        return [(f"sim-{number:04d}", fake.gpu_uuid(f"sim-{number:04d}", 0)) for number in range(1, count + 1)]
+
+    first = run_sim(control_plane, db_dsn, pool_id, tmp_path / "sim", 3, all_converged(3))
+    assert "3 to join" in first[0] and nodes() == expected(3)
+    assert first[-1].startswith("sim: 3/3 joined, 0 connected")  # the last word, after SIGINT
+    # Again with the same state root and one node more: the three reconnect, only the fourth joins.
+    second = run_sim(control_plane, db_dsn, pool_id, tmp_path / "sim", 4, all_converged(4))
+    assert "1 to join" in second[0] and nodes() == expected(4)
