@@ -21,12 +21,10 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -54,11 +52,12 @@ from better_compute.pki import (CertificateAuthority, IntentSigner, PkiError, ge
 from better_compute.sim import mint_tokens
 from fleet import make_pool
 from gateway_support import REPO, GatewayProcess, running_gateway, running_worker_process
+from node_support import (H200_INVENTORY, SECONDS, STOP_SECONDS, JoinedNode, bcd, converged, fake_driver, join_node,
+                          running_bcd, spec_state, wait_until)
 
 TRUST_DOMAIN = "fleet.example.com"
 HOSTNAME = "sim-0001"
 NOW = datetime.now(timezone.utc).replace(microsecond=0)  # real time: certificates are checked by the wall clock
-H200_INVENTORY = Path(__file__).parent / "fixtures" / "nvidia-h200" / "inventory.json"
 GPU = fake.gpu_uuid(HOSTNAME, 0)
 PROCESSES = [{"pid": 4242, "gpu_uuid": GPU, "used_memory_mib": 1024, "gi": None, "ci": None}]
 
@@ -380,21 +379,8 @@ def test_nodes_dial_only_tls() -> None:
 
 # -- end to end: bcd processes, the real gateway and worker ------------------------------------------------
 
-BCD = Path(sys.executable).with_name("bcd")
 TENANT = "00000000-0000-0000-0000-0000000bcd01"
 ALLOW = {"allowed": True, "reason": "test", "matched": [], "principal": "user:alice"}
-SECONDS = 15.0  # what the daemon must do (converge, answer) happens well within this
-STOP_SECONDS = 15.0
-
-
-def wait_until(condition: Callable[[], Any], what: str, log: Callable[[], str] = lambda: "",
-               timeout: float = SECONDS) -> Any:
-    """Poll until `condition` is truthy; its value. The daemon's log is quoted when it never is."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}\n{log()[-4000:]}"
-        time.sleep(0.1)
-    return value
 
 
 @pytest.fixture
@@ -425,83 +411,13 @@ def api(sql: psycopg.Connection, method: str, document: dict[str, Any]) -> Any:
     return answer["data"]
 
 
-def fake_driver(hostname: str) -> list[str]:
-    return ["--driver", "fake", "--driver-option", f"path={H200_INVENTORY}", "--driver-option", f"hostname={hostname}"]
-
-
-def bcd(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BCD), *arguments], capture_output=True, text=True, timeout=60, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "py")})
-
-
-@dataclass
-class RunningDaemon:
-    """A `bcd run` process and its log (stderr)."""
-
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-@contextmanager
-def running_bcd(gateway: GatewayProcess, state_dir: Path, hostname: str, cdi_path: Path) -> Iterator[RunningDaemon]:
-    """`bcd run` (fake driver); SIGTERM, then SIGKILL, when the block ends and it still runs."""
-    log_path = Path(tempfile.mkstemp(prefix="bcd-", suffix=".log")[1])
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen([str(BCD), "run", "--gateway", gateway.url, "--state-dir", str(state_dir),
-                                    "--cdi-path", str(cdi_path), *fake_driver(hostname)],
-                                   stdout=subprocess.DEVNULL, stderr=log_file, cwd=REPO,
-                                   env={**os.environ, "PYTHONPATH": str(REPO / "py")})
-    try:
-        yield RunningDaemon(process, log_path)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        log_path.unlink(missing_ok=True)
-
-
-@dataclass
-class JoinedNode:
-    hostname: str
-    state_dir: Path
-    node_id: uuid.UUID
-    cdi_path: Path
-
-
 def bcd_join(gateway: GatewayProcess, db_dsn: str, pool_id: uuid.UUID, tmp_path: Path) -> JoinedNode:
-    hostname = f"bcd-{uuid.uuid4().hex[:8]}"
-    state_dir = tmp_path / hostname
     [token] = mint_tokens(db_dsn, pool_id, 1)
-    joined = bcd("join", "--gateway", gateway.url, "--token", token, "--ca-file", str(gateway.ca_path),
-                 "--state-dir", str(state_dir), *fake_driver(hostname))
-    assert joined.returncode == 0, joined.stderr
-    node_id = NodeState(state_dir).load().node_id
-    assert f"joined as node {node_id}" in joined.stdout
+    node = join_node(gateway, token, tmp_path, f"bcd-{uuid.uuid4().hex[:8]}")
     again = bcd("join", "--gateway", gateway.url, "--token", token, "--ca-file", str(gateway.ca_path),
-                "--state-dir", str(tmp_path / "again"), *fake_driver(hostname))
+                "--state-dir", str(tmp_path / "again"), *fake_driver(node.hostname))
     assert again.returncode == 1 and "ACCESS_DENIED" in again.stderr  # the token was used
-    return JoinedNode(hostname, state_dir, node_id, tmp_path / "cdi" / f"{hostname}.yaml")
-
-
-def spec_state(sql: psycopg.Connection, node_id: uuid.UUID) -> tuple[int | None, int | None]:
-    """(signed_generation, observed_generation) of the node's spec."""
-    return sql.execute("SELECT signed_generation, observed_generation FROM compute.node_specs WHERE node_id = %s",
-                       (node_id,)).fetchone()
-
-
-def converged(sql: psycopg.Connection, node: JoinedNode, devices: list[str]) -> bool:
-    """The CDI file lists exactly `devices` (none: no file) and the node reported the signed generation."""
-    signed, observed = spec_state(sql, node.node_id)
-    listed = ([device["name"] for device in yaml.safe_load(node.cdi_path.read_text())["devices"]]
-              if node.cdi_path.exists() else [])
-    return signed is not None and observed == signed and listed == devices
+    return node
 
 
 def test_a_booking_reaches_the_cdi_file_and_leaves_it_on_release(control_plane: GatewayProcess, db_dsn: str,
