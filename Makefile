@@ -47,6 +47,7 @@ bench: setup
 	$(PY) bench/capacity.py
 	$(PY) bench/worker.py
 	$(PY) bench/api.py
+	$(PY) bench/nodes.py
 
 clean:
 	-$(VENV)/bin/better-compute dev down

@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# `make demo`, step 3: the tenant's side. The HTTP relay (`better-compute serve api`) with the
-# embedded static IAM file, and the CLI against it: a site, a pool, offerings, a reservation that
-# waits until active, what is free, the events, a release. Nodes are registered over psql here
-# (once bcd exists, they join by themselves).
+# `make demo`, step 3: the tutorial with real processes. The HTTP relay (`serve api`, static IAM
+# file), the gateway (`serve gateway`) and the worker (`serve worker`) against the demo database;
+# the CLI makes a site, a pool, an offering and join tokens; two `bcd` daemons (fake GPU driver
+# built from the real H200 capture) join and run; a reservation through the CLI turns into a CDI
+# device on the node that holds it, and leaves it on release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BC=.venv/bin/better-compute
-IAM=.bc/iam.toml
-LOG=.bc/relay.log
+BCD=.venv/bin/bcd
+DEMO=.bc/demo
+INVENTORY=tests/fixtures/nvidia-h200/inventory.json
 
 step() { printf '\n$ %s\n' "$*" >&2; "$@"; }
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
 
+# start NAME COMMAND...: run in the background, its stdout in $DEMO/NAME.out, its log in $DEMO/NAME.log
+start() { local name=$1; shift; "$@" > "$DEMO/$name.out" 2> "$DEMO/$name.log" & pids+=($!); }
+# wait_for FILE PATTERN: until FILE has a line matching PATTERN (30 s at most)
+wait_for() {
+    for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+    echo "timed out waiting for '$2' in $1" >&2; tail -20 "${1%.*}.log" >&2; return 1
+}
+
+rm -rf "$DEMO" && mkdir -p "$DEMO/keys"
 # The demo tenant and its token (a demo only: the static file may hold token_sha256 instead).
 export BETTER_COMPUTE_TENANT=22222222-2222-4222-8222-222222222222
 export BETTER_COMPUTE_TOKEN=demo-token-of-alice
-cat > "$IAM" <<TOML
+cat > .bc/iam.toml <<TOML
 [[principals]]
 principal = "user:alice"
 tenant = "$BETTER_COMPUTE_TENANT"
@@ -26,34 +40,48 @@ resources = ["*"]
 TOML
 
 dsn=$("$BC" dev status | sed -n 's/^DSN: //p')
-"$BC" serve api --dsn "$dsn" --port 0 --iam static --iam-file "$IAM" > .bc/relay.out 2> "$LOG" &
-relay=$!
-trap 'kill "$relay" 2>/dev/null || true; wait "$relay" 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-    grep -q '^listening on ' .bc/relay.out 2>/dev/null && break
-    kill -0 "$relay" 2>/dev/null || { cat "$LOG"; exit 1; }
-    sleep 0.1
-done
-export BETTER_COMPUTE_URL=$(sed -n 's/^listening on //p' .bc/relay.out)
-printf '\nrelay: %s (log %s); tenant %s\n' "$BETTER_COMPUTE_URL" "$LOG" "$BETTER_COMPUTE_TENANT"
+printf '\n# the control plane: API relay, node gateway, worker (logs in %s/*.log)\n' "$DEMO"
+start relay "$BC" serve api --dsn "$dsn" --port 0 --iam static --iam-file .bc/iam.toml
+start gateway "$BC" serve gateway --dsn "$dsn" --port 0 --name gw-demo --ca-key "$DEMO/keys/ca.key" \
+    --intent-key "$DEMO/keys/intent.key" --heartbeat-seconds 2 --spec-poll-seconds 2
+start worker "$BC" serve worker --dsn "$dsn" --owner demo-worker --poll-seconds 0.2 --intent-key "$DEMO/keys/intent.key" \
+    --audit-key "$DEMO/keys/audit.pem"
+wait_for "$DEMO/relay.out" '^listening on '
+wait_for "$DEMO/gateway.out" '^ca: '
+wait_for "$DEMO/worker.log" 'kinds, concurrency'
+export BETTER_COMPUTE_URL=$(sed -n 's/^listening on //p' "$DEMO/relay.out")
+gateway=$(sed -n 's/^listening on //p' "$DEMO/gateway.out")
+ca=$(sed -n 's/^ca: //p' "$DEMO/gateway.out")
+printf 'relay %s, gateway %s, tenant %s\n' "$BETTER_COMPUTE_URL" "$gateway" "$BETTER_COMPUTE_TENANT"
 
 run=$(date +%H%M%S)
+cursor=$("$BC" events list --limit 1000 --query next | tail -1)  # where this run's events begin
 site=$(step "$BC" sites create --name "lab-$run" --query site_id | tail -1)
 pool=$(step "$BC" pools create --site-id "$site" --name "h200-$run" --gpu-model "NVIDIA H200" --query pool_id | tail -1)
-printf '\n# nodes join by themselves once bcd runs; here two are registered from the real H200 capture\n'
-"$BC" dev psql -q -v pool="$pool" -v run="$run" -v inventory="$(cat tests/fixtures/nvidia-h200/inventory.json)" <<'SQL'
-SELECT count(compute.node_register(:'pool', 'lab-' || :'run' || '-' || n,
-       jsonb_set(jsonb_set(:'inventory'::jsonb, '{hostname}', to_jsonb('lab-' || :'run' || '-' || n)),
-                 '{devices,0,uuid}', to_jsonb('GPU-' || md5(:'run' || n)::uuid::text)))) AS nodes_registered
-  FROM generate_series(1, 2) AS n;
-SQL
 step "$BC" offerings create --pool-id "$pool" --shape gpu --max-count 8 --max-duration-seconds 86400 >/dev/null
+
+for n in 1 2; do
+    host="gpu-node-$run-$n"
+    token=$(step "$BC" join-tokens create --pool-id "$pool" --query token | tail -1)
+    step "$BCD" join --gateway "$gateway" --token "$token" --ca-file "$ca" --state-dir "$DEMO/$host" \
+        --driver fake --driver-option "path=$INVENTORY" --driver-option "hostname=$host"
+    printf '\n$ %s run --gateway %s --state-dir %s --cdi-path %s ... &\n' "$BCD" "$gateway" "$DEMO/$host" "$DEMO/$host.cdi.yaml" >&2
+    start "bcd-$n" "$BCD" run --gateway "$gateway" --state-dir "$DEMO/$host" --cdi-path "$DEMO/$host.cdi.yaml" \
+        --driver fake --driver-option "path=$INVENTORY" --driver-option "hostname=$host"
+done
+sleep 2
 step "$BC" nodes list --pool-id "$pool"
-step "$BC" capacity free --pool-id "$pool" --shape gpu --end "$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)"
-reservation=$(step "$BC" reservations create --pool-id "$pool" --shape gpu --count 1 \
-    --end "$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)" --wait --query reservation_id | tail -1)
-step "$BC" reservations get --reservation-id "$reservation"
-step "$BC" capacity rollup --pool-id "$pool"
+
+end=$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)
+reservation=$(step "$BC" reservations create --pool-id "$pool" --shape gpu --count 1 --end "$end" --wait \
+    --query reservation_id | tail -1)
+held=$(step "$BC" reservations get --reservation-id "$reservation" --query bookings.0.node | tail -1)
+printf '\n# the daemon on %s converges: its CDI file lists the booked GPU\n' "$held"
+wait_for "$DEMO/$held.cdi.yaml" 'name:'
+step cat "$DEMO/$held.cdi.yaml"
 step "$BC" reservations release --reservation-id "$reservation" --query state
-step "$BC" events list --limit 5
-printf '\nThe API: docs/api.md; its OpenAPI document: %s/api/compute/openapi.json\n' "$BETTER_COMPUTE_URL"
+for _ in $(seq 1 100); do [ -e "$DEMO/$held.cdi.yaml" ] || break; sleep 0.1; done
+printf '\n# released: the CDI file is gone (nothing booked on %s)\n' "$held"
+step ls "$DEMO"
+if [ -n "$cursor" ] && [ "$cursor" != "null" ]; then step "$BC" events list --after "$cursor" --limit 20; else step "$BC" events list --limit 20; fi
+printf '\nThe API: docs/api.md; nodes: docs/nodes.md; OpenAPI: %s/api/compute/openapi.json\n' "$BETTER_COMPUTE_URL"
