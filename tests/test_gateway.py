@@ -210,7 +210,7 @@ async def test_a_session_needs_an_svid_of_the_gateway_ca(gateway: GatewayProcess
 
 
 @pytest.mark.anyio
-async def test_heartbeats_of_fifty_sessions_are_one_statement_per_interval(
+async def test_heartbeats_and_the_poll_of_fifty_sessions_are_one_statement_per_interval_each(
         gateway: GatewayProcess, sql: psycopg.Connection, pool_id: uuid.UUID, tmp_path: Path) -> None:
     nodes = [await joined_node(gateway, sql, pool_id, tmp_path, f"hb-{index:02}") for index in range(50)]
     interval = 1.0  # gateway_support starts the gateway with --heartbeat-seconds 1
@@ -234,6 +234,8 @@ async def test_heartbeats_of_fifty_sessions_are_one_statement_per_interval(
     written = after["bc_gateway_heartbeat_sessions_total"] - before["bc_gateway_heartbeat_sessions_total"]
     assert 1 <= statements <= elapsed / interval + 1  # one statement per interval for all sessions
     assert written == 50 * statements
+    polls = after["bc_gateway_poll_statements_total"] - before["bc_gateway_poll_statements_total"]
+    assert 1 <= polls <= elapsed / interval + 1  # --spec-poll-seconds 1: one node_api.push_due for all 50
     heard_after = dict(sql.execute("SELECT node_id::text, last_heard_at FROM compute.node_sessions").fetchall())
     assert all(heard_after[node_id] > heard_before[node_id] for node_id in heard_before)
     assert after['bc_gateway_messages_total{direction="in",type="heartbeat"}'] >= 50 * statements

@@ -4,6 +4,7 @@ BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+DROP FUNCTION node_api.push_due(uuid[], bigint[]);
 DROP FUNCTION compute.api_nodes_commands(uuid, jsonb);
 DROP FUNCTION compute.api_nodes_command(uuid, text, jsonb);
 DROP FUNCTION node_api.command_result(uuid, bigint, uuid, text, text);

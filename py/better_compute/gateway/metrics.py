@@ -30,6 +30,9 @@ class GatewayMetrics:
                                             registry=self.registry)
         self.heartbeat_sessions = Counter("bc_gateway_heartbeat_sessions_total",
                                           "Sessions written by those calls.", registry=self.registry)
+        self.poll_statements = Counter("bc_gateway_poll_statements_total",
+                                       "node_api.push_due calls (one per poll interval for all sessions).",
+                                       registry=self.registry)
         self.fenced = Counter("bc_gateway_fenced_total", "Sessions closed as FENCED (close code 4001).",
                               registry=self.registry)
 

@@ -100,7 +100,7 @@ class Gateway:
                     pass
 
             async def poll() -> None:
-                sessions.poke_all(Push.NEW_SPEC | Push.COMMANDS)
+                await sessions.poll()
 
             # A frame over node_message_bytes closes the connection (1009). No permessage-deflate: its
             # buffers per connection would outweigh thousands of mostly idle sessions' JSON.

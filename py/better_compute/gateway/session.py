@@ -13,9 +13,9 @@ gateway heard since the last one (P12) and answers the fenced ones, which are cl
 Intent going down was signed by the worker: the gateway only relays it. Each session has one
 pusher task that sends the spec (node_api.spec_get) and the commands due (node_api.commands_due)
 when poked: on connect, on NOTIFY bc_node_spec / bc_node_command (payload: the node id), and on
-the poll timer (which sends the spec only when its generation is new to the session, and takes
-the commands due again: node_api redelivers those without a result). Pokes coalesce, so a storm
-of notifications costs one pass per session.
+the poll timer (one node_api.push_due statement for all sessions finds those with a signed spec
+newer than the one they were sent, or commands due: node_api redelivers those without a result).
+Pokes coalesce, so a storm of notifications costs one pass per session.
 """
 
 from __future__ import annotations
@@ -314,6 +314,18 @@ class Sessions:
             session = self.open.get(node_id)
             if session is not None and session.epoch == heard[node_id]:  # not a newer session since
                 self.spawn(session.fence())
+
+    async def poll(self) -> None:
+        """The poll timer: one node_api.push_due call for all sessions; poke those with a newer
+        signed spec or commands due (what LISTEN would have poked, had no notification been lost)."""
+        sent = {session.node_id: session.sent_generation for session in self.open.values()}
+        if not sent:
+            return
+        self.context.metrics.poll_statements.inc()
+        for row in await self.context.db.rows("node_api.push_due", list(sent), list(sent.values())):
+            session = self.open.get(row["node_id"])
+            if session is not None:
+                session.poke((Push.NEW_SPEC if row["spec"] else Push(0)) | (Push.COMMANDS if row["commands"] else Push(0)))
 
     def poke_all(self, wanted: Push) -> None:
         for session in self.open.values():
