@@ -484,7 +484,7 @@ def test_a_command_delivered_twice_executes_once(control_plane: GatewayProcess, 
     assert boot_id == str(fake.derived_uuid(node.hostname, "boot", 1))  # rebooted once
 
 
-def test_a_killed_daemon_changes_nothing(control_plane: GatewayProcess, db_dsn: str, sql: psycopg.Connection,
+def test_a_killed_daemon_changes_nothing_even_hours_later(control_plane: GatewayProcess, db_dsn: str, sql: psycopg.Connection,
                                          pool_id: uuid.UUID, tmp_path: Path) -> None:
     node = bcd_join(control_plane, db_dsn, pool_id, tmp_path)
     end = sql.execute("SELECT compute.compute_now() + interval '1 hour'").fetchone()[0]
@@ -507,6 +507,11 @@ def test_a_killed_daemon_changes_nothing(control_plane: GatewayProcess, db_dsn: 
                    is False, "Connected=False")
     assert world() == before and node.cdi_path.read_bytes() == cdi
     assert before[0][0][2] == "active"
+    # Hours later (this session's clock only: the processes keep theirs) it is still only an age.
+    sql.execute("SELECT compute.clock_pin(compute.compute_now() + interval '6 hours')")
+    connection = sql.execute("SELECT compute.node_connection(%s)", (node.node_id,)).fetchone()[0]
+    assert connection["connected"] is False and connection["last_heard_seconds"] >= 6 * 3600
+    assert world() == before
 
 
 def test_a_fenced_daemon_does_not_fight_and_comes_back(control_plane: GatewayProcess, db_dsn: str,

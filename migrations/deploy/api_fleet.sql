@@ -48,16 +48,25 @@ COMMENT ON FUNCTION compute.tenant_pools(uuid) IS 'The pools of a tenant''s site
 
 CREATE FUNCTION compute.node_json(p_node_id uuid)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT pg_catalog.jsonb_build_object('node_id', n.node_id, 'name', n.name, 'pool_id', pn.pool_id, 'gpus', n.gpus,
+-- PL/pgSQL: it reads node_specs (sql/610), which exists only after this file is loaded.
+BEGIN
+    RETURN (SELECT pg_catalog.jsonb_build_object('node_id', n.node_id, 'name', n.name, 'pool_id', pn.pool_id, 'gpus', n.gpus,
         'flags', coalesce(pg_catalog.to_jsonb(n.flags), '[]'), 'drain', n.drain, 'flag_details', coalesce(n.flag_details, '{}'),
         'inventory_at', n.inventory_at, 'created_at', n.created_at, 'connected', n.connected, 'last_heard_seconds', n.last_heard_seconds,
+        -- Conditions: a GPU the last inventory lacked (no new placements on it; its bookings stay),
+        -- then what the daemon reported with its last observed spec.
+        'conditions', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('type', 'DeviceMissing', 'device_uuid', d.uuid,
+                                                                                           'index', d.index) ORDER BY d.index), '[]')
+                         FROM compute.devices AS d WHERE d.node_id = n.node_id AND NOT d.present)
+                      || coalesce((SELECT s.conditions FROM compute.node_specs AS s WHERE s.node_id = n.node_id), '[]'),
         'devices', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('uuid', d.uuid, 'index', d.index,
                         'model', d.model, 'memory_mib', d.memory_mib, 'layout', d.layout, 'present', d.present) ORDER BY d.index), '[]')
                       FROM compute.devices AS d WHERE d.node_id = n.node_id))
       FROM ops.nodes AS n JOIN compute.nodes AS pn ON pn.node_id = n.node_id
-     WHERE n.node_id = p_node_id;
+     WHERE n.node_id = p_node_id);
+END
 $$;
 COMMENT ON FUNCTION compute.node_json(uuid) IS 'A node as the API answers it: flags with who/why/when, drain state, devices.';
 
