@@ -6,15 +6,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo test lint pgtap pytest bench clean
+.PHONY: help setup demo test lint pgtap pytest bench bench-capacity bench-worker bench-api bench-nodes clean
 
 help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"
-	@echo "make bench  - benchmarks (not a test, ~7 min): 1,000-node fleet, reservations/s, capacity queries;"
+	@echo "make bench  - benchmarks (not a test, ~15 min; one: make bench-capacity|worker|api|nodes):"
+	@echo "             1,000-node fleet, reservations/s, capacity queries (~7 min);"
 	@echo "             outbox events/s to webhooks, work items/s with 1 and 4 workers;"
-	@echo "             reservations/s through the HTTP relay vs. in the database at 8 clients"
+	@echo "             reservations/s through the HTTP relay vs. in the database at 8 clients;"
+	@echo "             5,000 simulated nodes on one gateway: heartbeat statements/s, spec-to-ack latency"
 	@echo "make clean  - stop the demo cluster and remove ./.bc/"
 
 setup: $(STAMP)
@@ -43,11 +45,10 @@ pgtap: setup
 pytest: setup
 	$(PY) -m pytest -q -p no:cacheprovider
 
-bench: setup
-	$(PY) bench/capacity.py
-	$(PY) bench/worker.py
-	$(PY) bench/api.py
-	$(PY) bench/nodes.py
+bench: bench-capacity bench-worker bench-api bench-nodes
+
+bench-capacity bench-worker bench-api bench-nodes: bench-%: setup
+	$(PY) bench/$*.py
 
 clean:
 	-$(VENV)/bin/better-compute dev down
