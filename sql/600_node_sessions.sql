@@ -174,3 +174,16 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION node_api.inventory_report(uuid, bigint, jsonb) IS 'A node''s inventory, under its current session (FENCED otherwise).';
+
+CREATE FUNCTION node_api.node_key_renewed(p_node_id uuid, p_epoch bigint, p_public_key bytea) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    -- A renewal may bring a new key: the one the node signs with from now on.
+    PERFORM compute.session_require(p_node_id, p_epoch);
+    IF p_public_key IS NULL OR octet_length(p_public_key) NOT BETWEEN 32 AND 1024 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a renewed key is the DER of a public key', 'Send the DER SubjectPublicKeyInfo.');
+    END IF;
+    UPDATE compute.node_identities SET public_key = p_public_key WHERE node_id = p_node_id;
+END
+$$;
+COMMENT ON FUNCTION node_api.node_key_renewed(uuid, bigint, bytea) IS 'The key of a node''s renewed certificate (under its current session).';

@@ -373,6 +373,8 @@ async def test_a_node_renews_its_certificate_over_the_session(gateway: GatewayPr
         assert renewed.public_key() == new_key.public_key()
         ca = x509.load_pem_x509_certificate(gateway.ca_path.read_bytes())
         assert str(verify_svid(ca, renewed, sql.execute("SELECT now()").fetchone()[0]).node_id) == node.node_id
+        assert sql.execute("SELECT public_key FROM compute.node_identities WHERE node_id = %s", (node.node_id,)).fetchone()[0] \
+            == new_key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
         # What the node signs with its new key is accepted in this session already.
         inventory = node.inventory
         inventory["renewed"] = True

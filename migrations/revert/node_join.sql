@@ -4,6 +4,7 @@ BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+DROP FUNCTION node_api.node_key_renewed(uuid, bigint, bytea);
 DROP FUNCTION node_api.inventory_report(uuid, bigint, jsonb);
 DROP FUNCTION node_api.session_close(uuid, bigint);
 DROP FUNCTION node_api.heartbeats(text, uuid[], bigint[]);

@@ -32,6 +32,7 @@ from uuid import UUID
 
 import psycopg
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from websockets.exceptions import ConnectionClosed
@@ -161,6 +162,8 @@ class Session:
                 # node signed just before switching keys still verifies with the previous key.
                 self.certificate = x509.load_pem_x509_certificate(pem.encode("ascii"))
                 self.keys = [check_certificate_key(self.certificate.public_key()), self.keys[0]]
+                await self.context.db.call("node_api.node_key_renewed", self.node_id, self.epoch,
+                                           self.keys[0].public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo))
                 await self.channel.send(Certificate(pem))
             case Error(code, text, _hint):
                 log.info("%s reports %s: %.300s", self, code, text)
