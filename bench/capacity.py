@@ -469,6 +469,10 @@ def print_report(report: dict[str, Any]) -> None:
     for adm in report["admission"]:
         for outcome, count in sorted((adm["conflicts"] | adm["errors"]).items()):
             print(f"  {adm['clients']} client(s): {count} x {outcome}")
+    same = report["same_rows"]
+    print(f"Same rows (a reservation and its booking inserted straight into the real tables, no placement), "
+          f"{same['clients']} clients: {same['per_second']:.1f}/s, p50 {same['latency']['p50_ms']} ms; "
+          f"admission / same rows: {report['ratio_admission_to_same_rows_at_8']:.3f}")
     free, earliest = report["capacity_free"], report["capacity_earliest"]
     print()
     print(f"capacity_free     {free['count']} calls, all rows fetched, {report['live_bookings_at_capacity_queries']:,} live "
@@ -508,6 +512,48 @@ def admission_runs(dsn: str, pools: list[str], rng: random.Random) -> list[RunRe
         makers = [RequestMaker(pools, i * TENANTS_PER_CLIENT, random.Random(rng.random())) for i in range(clients)]
         runs.append(measure("admission", clients, lambda i, stop, tally: admission_client(dsn, makers[i], stop, tally)))
     return runs
+
+
+# The same rows a reservation of one whole GPU writes (reservation, booking), into the real tables
+# with all their constraints, indexes and triggers, but without placement, quota or idempotency:
+# what the admission flow costs on top of its own writes. Windows start in a year, at random.
+INSERT_SAME_ROWS = """
+WITH reservation AS (
+    INSERT INTO compute.reservations (reservation_id, tenant_id, site_id, pool_id, shape, count, during, state, request_hash,
+                                      created_at, activated_at)
+    SELECT gen_random_uuid(), %(tenant)s, a.site_id, a.pool_id, a.shape, 1, tstzrange(%(start)s, %(end)s), 'active', 'raw',
+           now(), now()
+      FROM compute.atoms AS a WHERE a.atom_id = %(atom)s
+    RETURNING *)
+INSERT INTO compute.bookings (reservation_id, tenant_id, site_id, pool_id, node_id, device_id, atom_id, slices, shares,
+                              gpu_fraction, during, state)
+SELECT r.reservation_id, r.tenant_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id, a.slices, a.shares,
+       a.gpu_fraction, r.during, 'active'
+  FROM reservation AS r JOIN compute.atoms AS a ON a.atom_id = %(atom)s
+"""
+
+
+def same_rows_client(dsn: str, atoms: list[str], rng: random.Random, stop_at: float, tally: ClientTally) -> None:
+    """One reservation and its booking per transaction on a random whole GPU, until stop_at."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < stop_at:
+            start = datetime.now(timezone.utc) + timedelta(days=365, seconds=rng.uniform(0, 365 * 86400))
+            started = time.perf_counter()
+            try:
+                conn.execute(INSERT_SAME_ROWS, {"tenant": tenant_id(rng.randrange(TENANTS)), "atom": rng.choice(atoms),
+                                                "start": start, "end": start + timedelta(hours=rng.randint(1, 48))})
+            except psycopg.Error as error:
+                classify(error, tally)
+                continue
+            tally.latencies.append((time.perf_counter() - started) * 1000)
+            tally.succeeded += 1
+
+
+def same_rows_run(dsn: str, rng: random.Random) -> RunResult:
+    with psycopg.connect(dsn) as conn:
+        atoms = [str(row[0]) for row in conn.execute("SELECT atom_id FROM compute.atoms WHERE shape = 'gpu' AND upper_inf(valid)")]
+    seeds = [random.Random(rng.random()) for _ in range(max(CLIENT_COUNTS))]
+    return measure("same rows", max(CLIENT_COUNTS), lambda i, stop, tally: same_rows_client(dsn, atoms, seeds[i], stop, tally))
 
 
 def raw_insert_runs(dsn: str, rng: random.Random) -> list[RunResult]:
@@ -553,6 +599,8 @@ def benchmark(cluster: embedded.Cluster) -> dict[str, Any]:
         admission = admission_runs(dsn, pools, rng)
     with phase(timings, "raw insert runs"):
         raw = raw_insert_runs(dsn, rng)
+    with phase(timings, "same rows run"):
+        same_rows = same_rows_run(dsn, rng)
     with phase(timings, "capacity queries"):
         queries = capacity_queries(dsn, pools, rng)
     timings["total"] = round(time.perf_counter() - began, 2)
@@ -564,6 +612,8 @@ def benchmark(cluster: embedded.Cluster) -> dict[str, Any]:
         "admission": [run.as_json() for run in admission],
         "raw_insert": [run.as_json() for run in raw],
         "ratio_admission_to_raw": {str(a.clients): round(a.per_second / r.per_second, 4) for a, r in zip(admission, raw, strict=True)},
+        "same_rows": same_rows.as_json(),
+        "ratio_admission_to_same_rows_at_8": round(admission[-1].per_second / same_rows.per_second, 4),
         **queries,
         "targets": targets(admission, raw, queries["capacity_free"]),
         "settings": {"run_seconds": RUN_SECONDS, "clients": list(CLIENT_COUNTS), "shape_weights": SHAPE_WEIGHTS,
