@@ -53,6 +53,12 @@ BEGIN
     IF p_args IS NULL OR pg_catalog.jsonb_typeof(p_args) <> 'object' OR pg_catalog.octet_length(p_args::text) > compute.limit('node_message_bytes') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'command args are a bounded JSON object', 'Send {} for none.');
     END IF;
+    -- Signed documents carry integers only (a fraction's spelling does not survive every hop, and
+    -- a re-spelled body no longer verifies): a command that could never be signed is refused now.
+    IF pg_catalog.jsonb_path_exists(p_args, 'strict $.** ? (@.type() == "number" && @.floor() != @)') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'command args hold a number with a fraction',
+            'Send integers, or decimals as strings (e.g. "0.5").');
+    END IF;
     IF p_idempotency_key IS NULL OR length(p_idempotency_key) NOT BETWEEN 1 AND 200 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a command needs an idempotency key of 1 to 200 characters', 'Use a uuid.');
     END IF;

@@ -2,7 +2,7 @@
 -- most commands_pending_per_node pending, delivered only signed, again until a result comes; the
 -- first result counts.
 BEGIN;
-SELECT plan(8);
+SELECT plan(9);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 SELECT pgtap_fixtures.fleet('pack', 1, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
@@ -21,6 +21,9 @@ SELECT compute.clock_advance(compute.limit('node_command_redelivery_seconds') * 
 SELECT is(jsonb_array_length(node_api.commands_due(:'node', :epoch)), 1, 'again when no result came in time');
 SELECT ok(node_api.command_result(:'node', :epoch, :'cmd', 'succeeded', 'rebooted') AND NOT node_api.command_result(:'node', :epoch, :'cmd', 'failed', 'x'),
           'the first result counts, a repeated one changes nothing');
+
+SELECT throws_ok(format($$SELECT compute.command_enqueue(%L, 'reboot', '{"delay": {"seconds": 0.5}}', 'k9')$$, :'node'), 'BC400', NULL,
+                 'args with a fraction (which could never be signed) are refused');
 
 UPDATE compute.limits SET value = 1 WHERE name = 'commands_pending_per_node';
 SELECT compute.command_enqueue(:'node', 'collect_inventory', '{}', 'k2');
