@@ -188,6 +188,18 @@ def test_a_spec_without_bookings_removes_the_cdi_file(node: Node) -> None:
     assert not node.cdi_path.exists()
 
 
+def test_a_cdi_file_edited_or_removed_on_the_node_is_rewritten_from_the_last_spec(node: Node) -> None:
+    daemon = node.daemon()
+    assert not daemon.repair_drift()  # nothing applied yet: nothing to compare with
+    daemon.handle(node.spec(1, gpu_booking()))
+    converged = node.cdi_path.read_bytes()
+    assert not daemon.repair_drift()  # in step: untouched
+    node.cdi_path.write_text("devices: []\n")
+    assert daemon.repair_drift() and node.cdi_path.read_bytes() == converged
+    node.cdi_path.unlink()
+    assert daemon.repair_drift() and node.cdi_path.read_bytes() == converged
+
+
 def test_an_older_generation_is_skipped_and_the_same_one_reported_again(node: Node) -> None:
     daemon = node.daemon()
     daemon.handle(node.spec(5, gpu_booking()))

@@ -52,6 +52,7 @@ BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 30.0
 ANSWER_SECONDS = 30.0  # how long the gateway may take to answer a join, or to open a session
 RENEW_RETRY_SECONDS = 60.0  # a renewal without an answer is asked again after this long
+DRIFT_SECONDS = 60.0  # how often the CDI file is checked against the last applied spec (P2, level-triggered)
 FRAMES_QUEUED = 4  # frames received and not yet handled, per connection (P12: a simulator runs many)
 
 Clock = Callable[[], datetime]
@@ -117,6 +118,7 @@ class Daemon:
         self.clock = clock
         self.connected = False
         self.specs_applied = 0
+        self.applied: tuple[int, list[Any]] | None = None  # generation and devices of the spec applied last
 
     @property
     def node_id(self) -> UUID:
@@ -192,6 +194,7 @@ class Daemon:
             failed = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
             return [] if last is None else [self.observed(last, failed)]
         self.journal.last_generation = generation
+        self.applied = (generation, spec["devices"])
         self.specs_applied += 1
         conditions = [{"type": "DevicesUnresolved", "devices": list(cdi.unresolved),
                        "message": "booked devices the inventory does not back are left out of the CDI spec"}]
@@ -199,6 +202,22 @@ class Daemon:
                  len(cdi.document["devices"]) if cdi.document else 0,
                  f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "")
         return [self.observed(generation, conditions if cdi.unresolved else [])]
+
+    def repair_drift(self) -> bool:
+        """Level-triggered between specs: rewrite the CDI file from the spec applied last when it no
+        longer says what that spec does (edited or removed on the node). Whether it had drifted."""
+        if self.applied is None:
+            return False
+        generation, devices = self.applied
+        try:
+            drifted = write_spec(build_spec({"generation": generation, "devices": devices}, self.driver.collect()),
+                                 self.cdi_path)
+        except (InventoryError, CdiError, OSError) as error:
+            log.error("the CDI file cannot be checked against spec generation %d: %s", generation, error)
+            return False
+        if drifted:
+            log.warning("the CDI file had drifted from spec generation %d: rewritten", generation)
+        return drifted
 
     def observed(self, generation: int, conditions: list[dict[str, Any]]) -> Observed:
         return Observed(self.sign("observed", {"node_id": str(self.node_id), "generation": generation,
@@ -301,6 +320,7 @@ async def session(daemon: Daemon, url: str, stop: asyncio.Event) -> None:
             log.info("session open (epoch %d) with %s", hello.epoch, url)
             daemon.connected = True
             helpers += [asyncio.create_task(heartbeat(connection, hello.heartbeat_seconds)),
+                        asyncio.create_task(keep_converged(daemon, DRIFT_SECONDS)),
                         asyncio.create_task(renew(daemon, connection))]
             try:
                 await send(connection, await asyncio.to_thread(daemon.inventory))
@@ -338,6 +358,12 @@ async def send(connection: ClientConnection, message: Message) -> None:
         log.error("%s not sent: %s", message.TYPE, error)
         return
     await connection.send(frame)
+
+
+async def keep_converged(daemon: Daemon, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        await asyncio.to_thread(daemon.repair_drift)
 
 
 async def heartbeat(connection: ClientConnection, seconds: float) -> None:
