@@ -13,6 +13,7 @@ from psycopg_pool import PoolTimeout
 
 from pathlib import Path
 
+from better_compute.allinone import run_all
 from better_compute.audit import AuditSigner
 from better_compute.clock import Clock
 from better_compute.db import AsyncDatabase, ContractError, Database
@@ -23,7 +24,7 @@ from better_compute.pki.csr import check_hostname
 from better_compute.ports.iam import BetterIam, IamError, IamPort, StaticIam
 from better_compute.ports.ledger import BetterIamLedger, Ledger, LocalLedger
 from better_compute.relay.app import Relay, RelaySettings
-from better_compute.relay.server import serve
+from better_compute.relay.server import relay_server, serve
 from better_compute.relay.sse import StreamSettings
 from better_compute.webhooks import WebhookSender
 from better_compute.worker.handlers import default_handlers
@@ -74,14 +75,24 @@ def worker_command(
     signing node specs and commands."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     settings = WorkerSettings(owner or default_owner(), concurrency, lease_seconds, poll_seconds, grace_seconds)
-    db = Database(dsn, max_size=concurrency + POOL_SPARE_CONNECTIONS, name="better-compute-worker", role=WORKER_ROLE)
+    db = worker_database(dsn, concurrency)
     with db:
-        with db.pool.connection() as conn:
-            clock = Clock.anchored(conn, "worker_api.now")
-        handlers = default_handlers(db, make_ledger(ledger, db, ledger_url, ledger_token), WebhookSender(clock),
-                                    AuditSigner(audit_key), IntentSigner(intent_key))
-        logging.getLogger(__name__).info("worker %s: %d kinds, concurrency %d", settings.owner, len(handlers), concurrency)
-        run_until_signalled(Worker(db, handlers, settings))
+        run_until_signalled(make_worker(db, settings, make_ledger(ledger, db, ledger_url, ledger_token), audit_key,
+                                        intent_key))
+
+
+def worker_database(dsn: str, concurrency: int) -> Database:
+    return Database(dsn, max_size=concurrency + POOL_SPARE_CONNECTIONS, name="better-compute-worker", role=WORKER_ROLE)
+
+
+def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, audit_key: Path, intent_key: Path) -> Worker:
+    """The worker with every handler, its clock anchored to the database's (the pool is open)."""
+    with db.pool.connection() as conn:
+        clock = Clock.anchored(conn, "worker_api.now")
+    handlers = default_handlers(db, ledger, WebhookSender(clock), AuditSigner(audit_key), IntentSigner(intent_key))
+    logging.getLogger(__name__).info("worker %s: %d kinds, concurrency %d", settings.owner, len(handlers),
+                                     settings.concurrency)
+    return Worker(db, handlers, settings)
 
 
 class IamKind(str, Enum):
@@ -128,11 +139,14 @@ def api_command(
 ) -> None:
     """Run the HTTP API relay as role bc_api: every catalog method, the event stream, /health, /metrics."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    iam_port = make_iam(iam, iam_file, iam_url, iam_credential, iam_timeout)
-    db = AsyncDatabase(dsn, max_size=pool_size, name="better-compute-api", role=API_ROLE)
     streams = StreamSettings(heartbeat_seconds=heartbeat_seconds, poll_seconds=poll_seconds, buffer=stream_buffer,
                              stall_seconds=stall_seconds, max_streams=max_streams)
-    serve(Relay(db, iam_port, RelaySettings(resolve_secret, streams)), host, port, grace_seconds)
+    serve(make_relay(dsn, pool_size, make_iam(iam, iam_file, iam_url, iam_credential, iam_timeout),
+                     RelaySettings(resolve_secret, streams)), host, port, grace_seconds)
+
+
+def make_relay(dsn: str, pool_size: int, iam: IamPort, settings: RelaySettings) -> Relay:
+    return Relay(AsyncDatabase(dsn, max_size=pool_size, name="better-compute-api", role=API_ROLE), iam, settings)
 
 
 @app.command("gateway")
@@ -161,17 +175,60 @@ def gateway_command(
 ) -> None:
     """Run the node gateway as role bc_gateway: nodes join (/join) and hold their sessions (/session) here."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    settings = GatewaySettings(name, host, port, heartbeat_seconds, spec_poll_seconds,
+                               timedelta(seconds=svid_lifetime_seconds), tuple(server_name or ()))
+    gateway = make_gateway(dsn, pool_size, ca_key, trust_domain, intent_key, settings)
+    try:
+        serve_until_signalled(gateway)
+    except GATEWAY_START_ERRORS as error:
+        logging.getLogger(__name__).error("the gateway cannot start: %s", error)
+        raise typer.Exit(1) from error
+
+
+GATEWAY_START_ERRORS = (ContractError, PoolTimeout, PkiError, OSError)  # the database, the CA, the address
+
+
+def make_gateway(dsn: str, pool_size: int, ca_key: Path, trust_domain: str, intent_key: Path,
+                 settings: GatewaySettings) -> Gateway:
     logging.getLogger("websockets").setLevel(logging.WARNING)  # not a line per connection: the gateway logs sessions
     try:
         key = intent_public_key(intent_key)
-        check_hostname(name)
+        check_hostname(settings.name)
     except PkiError as error:
         raise typer.BadParameter(str(error)) from error
-    settings = GatewaySettings(name, host, port, heartbeat_seconds, spec_poll_seconds,
-                               timedelta(seconds=svid_lifetime_seconds), tuple(server_name or ()))
     db = AsyncDatabase(dsn, max_size=pool_size, name="better-compute-gateway", role=GATEWAY_ROLE)
-    try:
-        serve_until_signalled(Gateway(db, ca_key, trust_domain, key, settings))
-    except (ContractError, PoolTimeout, PkiError, OSError) as error:  # the database, the CA, the address
-        logging.getLogger(__name__).error("the gateway cannot start: %s", error)
-        raise typer.Exit(1) from error
+    return Gateway(db, ca_key, trust_domain, key, settings)
+
+
+@app.command("all")
+def all_command(
+    dsn: Annotated[str, typer.Option("--dsn", envvar="BETTER_COMPUTE_DSN", help="libpq conninfo or URL.")],
+    host: Annotated[str, typer.Option(help="Address the relay and the gateway listen on.")] = "127.0.0.1",
+    api_port: Annotated[int, typer.Option(min=0, max=65535, help="The relay's port (0: any free one).")] = 8080,
+    gateway_port: Annotated[int, typer.Option(min=0, max=65535, help="The gateway's port (0: any free one).")] = 8443,
+    iam_file: Annotated[Path | None, typer.Option(envvar="BETTER_COMPUTE_IAM_FILE",
+                                                  help="Static IAM file (.toml or .json).")] = None,
+    keys: Annotated[Path, typer.Option(help="Folder of the node CA (ca.key, ca.crt), the intent key and the audit "
+                                            "key (created if missing).")] = Path(".bc/pki"),
+    trust_domain: Annotated[str, typer.Option(help="SPIFFE trust domain of the node CA.")] = "better-compute.local",
+    name: Annotated[str, typer.Option(help="The gateway's name (node sessions, its certificate).")] = "gw-1",
+    heartbeat_seconds: Annotated[float, typer.Option(min=0.1, help="Node heartbeat interval.")] = 5.0,
+    spec_poll_seconds: Annotated[float, typer.Option(min=0.1, help="Gateway poll besides LISTEN.")] = 5.0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Work items the worker runs at once.")] = 8,
+    grace_seconds: Annotated[float, typer.Option(min=0, help="On SIGTERM, how long work in flight may finish.")] = 30.0,
+) -> None:
+    """Run the API relay, the node gateway and the worker in one process (a single machine), each as
+    its own role (bc_api, bc_gateway, bc_worker), with the static IAM file and the local ledger."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    relay = relay_server(make_relay(dsn, 10, make_iam(IamKind.static, iam_file, None, None, 2.0),
+                                    RelaySettings(None, StreamSettings())), host, api_port, grace_seconds)
+    gateway = make_gateway(dsn, 10, keys / "ca.key", trust_domain, keys / "intent.key",
+                           GatewaySettings(name, host, gateway_port, heartbeat_seconds, spec_poll_seconds))
+    settings = WorkerSettings(default_owner(), concurrency, 30.0, 1.0, grace_seconds)
+    db = worker_database(dsn, concurrency)
+    with db:
+        try:
+            run_all(relay, gateway, make_worker(db, settings, LocalLedger(db), keys / "audit.pem", keys / "intent.key"))
+        except GATEWAY_START_ERRORS as error:
+            logging.getLogger(__name__).error("serve all cannot start: %s", error)
+            raise typer.Exit(1) from error

@@ -36,8 +36,13 @@ class RelayServer(uvicorn.Server):
             self.loop.call_soon_threadsafe(self.relay.stop)
 
 
-def serve(relay: Relay, host: str, port: int, grace_seconds: float) -> None:
-    """Serve until a signal; logging is the caller's (uvicorn's own config would print to stdout)."""
+def relay_server(relay: Relay, host: str, port: int, grace_seconds: float) -> RelayServer:
+    """The relay's uvicorn server; logging is the caller's (uvicorn's own config would print to stdout)."""
     config = uvicorn.Config(create_app(relay), host=host, port=port, lifespan="on", log_config=None,
                             timeout_graceful_shutdown=grace_seconds, server_header=False)
-    RelayServer(config, relay).run()
+    return RelayServer(config, relay)
+
+
+def serve(relay: Relay, host: str, port: int, grace_seconds: float) -> None:
+    """Serve until a signal."""
+    relay_server(relay, host, port, grace_seconds).run()
