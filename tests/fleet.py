@@ -11,7 +11,6 @@ and compute.offering_create.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import uuid
 from collections.abc import Sequence
@@ -22,6 +21,8 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
+
+from better_compute.daemon.drivers.fake import gpu_uuid  # the same GPU uuids as pgtap_fixtures.inventory()
 
 H200_INVENTORY = Path(__file__).parent / "fixtures" / "nvidia-h200" / "inventory.json"
 H200_MODEL = "NVIDIA H200"
@@ -35,11 +36,6 @@ SHAPES = ("gpu", "mig:3g.71gb", "slot")
 @cache
 def _captured_inventory() -> dict[str, Any]:
     return json.loads(H200_INVENTORY.read_text())
-
-
-def gpu_uuid(hostname: str, index: int) -> str:
-    """The GPU uuid pgtap_fixtures.inventory() gives GPU `index` of `hostname` (md5 of 'host/index')."""
-    return f"GPU-{uuid.UUID(hashlib.md5(f'{hostname}/{index}'.encode()).hexdigest())}"
 
 
 def h200_inventory(hostname: str, gpus: int, nvlink: bool = False) -> dict[str, Any]:

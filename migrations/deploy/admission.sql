@@ -241,6 +241,15 @@ AS $$
 $$;
 COMMENT ON FUNCTION compute.error_answer(text, text, text) IS 'The error envelope, for answers that must commit (a deny voids rows).';
 
+CREATE FUNCTION compute.denial(p_method api.methods, p_decision jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT compute.error_answer('ACCESS_DENIED', 'denied: ' || coalesce(p_decision ->> 'reason', 'no reason given'),
+                                'Ask your administrator for the permission ' || p_method.action || '.');
+$$;
+COMMENT ON FUNCTION compute.denial(api.methods, jsonb) IS 'The answer to a denied request: ACCESS_DENIED with IAM''s reason.';
+
 CREATE FUNCTION compute.admission_end(p_admission compute.admissions, p_state text, p_decision jsonb)
 RETURNS void
 LANGUAGE plpgsql
@@ -281,8 +290,7 @@ BEGIN
     -- 1. A replay of an admitted request answers its stored result (after its own allow).
     IF v_admission.state = 'admitted' THEN
         IF NOT v_allowed THEN
-            RETURN compute.error_answer('ACCESS_DENIED', 'denied: ' || coalesce(p_decision ->> 'reason', 'no reason given'),
-                                        'Ask your administrator for the permission ' || v_method.action || '.');
+            RETURN compute.denial(v_method, p_decision);
         END IF;
         RETURN pg_catalog.jsonb_build_object('data', v_admission.result);
     END IF;
@@ -301,8 +309,7 @@ BEGIN
         PERFORM compute.audit_record(v_admission.tenant_id, v_principal, v_method.action, v_method.resource_type,
             v_admission.resource_id, 'deny', p_decision ->> 'reason', coalesce(p_decision -> 'matched', '[]'),
             v_admission.request_hash, pg_catalog.jsonb_build_object('method', v_method.method, 'admission_id', p_admission_id));
-        RETURN compute.error_answer('ACCESS_DENIED', 'denied: ' || coalesce(p_decision ->> 'reason', 'no reason given'),
-                                    'Ask your administrator for the permission ' || v_method.action || '.');
+        RETURN compute.denial(v_method, p_decision);
     END IF;
 
     -- 3. Allow: apply, audit, event; all or nothing. (Secrets a method answers once, a join token's
@@ -341,8 +348,8 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is a mutation', p_method), 'Admit it with api.admit.');
     END IF;
     IF NOT compute.decision_allowed(p_decision) THEN
-        PERFORM compute.raise_error('ACCESS_DENIED', 'denied: ' || coalesce(p_decision ->> 'reason', 'no reason given'),
-            'Ask your administrator for the permission ' || v_method.action || '.');
+        PERFORM compute.raise_error('ACCESS_DENIED', compute.denial(v_method, p_decision) #>> '{error,message}',
+                                    compute.denial(v_method, p_decision) #>> '{error,hint}');
     END IF;
     PERFORM compute.input_check(v_method.input_schema, p_input);
     EXECUTE pg_catalog.format('SELECT %s($1, $2)', v_method.function::regproc) INTO v_result USING p_tenant_id, p_input;

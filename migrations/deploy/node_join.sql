@@ -133,13 +133,12 @@ CREATE FUNCTION compute.node_connection(p_node_id uuid)
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
-    -- Connected and the age since last heard (P9: an age, from compute_now, not a node's clock).
-    SELECT pg_catalog.jsonb_build_object(
-        'connected', coalesce(s.closed_at IS NULL
-                              AND s.last_heard_at > compute.compute_now() - compute.limit('session_timeout_seconds') * interval '1 second', false),
-        'last_heard_seconds', round(extract(epoch FROM compute.compute_now() - s.last_heard_at)::numeric, 1),
-        'session_epoch', s.epoch, 'gateway', s.gateway)
-      FROM (SELECT 1) AS one LEFT JOIN compute.node_sessions AS s ON s.node_id = p_node_id;
+    -- Connected and the age since last heard as ops.nodes derives them (one rule), with the session.
+    SELECT pg_catalog.jsonb_build_object('connected', coalesce(n.connected, false), 'last_heard_seconds', n.last_heard_seconds,
+                                         'session_epoch', s.epoch, 'gateway', s.gateway)
+      FROM (SELECT 1) AS one
+      LEFT JOIN ops.nodes AS n ON n.node_id = p_node_id
+      LEFT JOIN compute.node_sessions AS s ON s.node_id = p_node_id;
 $$;
 COMMENT ON FUNCTION compute.node_connection(uuid) IS 'Connected (open session heard within session_timeout_seconds) and the age since last heard.';
 

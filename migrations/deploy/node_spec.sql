@@ -147,8 +147,8 @@ BEGIN
              OR upper(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]'))
          ORDER BY b.node_id LIMIT compute.limit('sweep_batch')
     LOOP
-        IF compute.node_spec_document(v_node_id) IS DISTINCT FROM (SELECT s.spec FROM compute.node_specs AS s WHERE s.node_id = v_node_id) THEN
-            PERFORM compute.node_spec_refresh(v_node_id);
+        IF compute.node_spec_refresh(v_node_id)
+           IS DISTINCT FROM (SELECT s.generation FROM compute.node_specs AS s WHERE s.node_id = v_node_id) THEN
             v_changed := v_changed + 1;
         END IF;
     END LOOP;

@@ -9,6 +9,7 @@ DROP FUNCTION api.resolve(text, text);
 DROP FUNCTION api.read(text, uuid, jsonb, jsonb);
 DROP FUNCTION api.admit(uuid, jsonb);
 DROP FUNCTION compute.admission_end(compute.admissions, text, jsonb);
+DROP FUNCTION compute.denial(api.methods, jsonb);
 DROP FUNCTION compute.error_answer(text, text, text);
 DROP FUNCTION compute.decision_allowed(jsonb);
 DROP FUNCTION api.prepare(text, uuid, jsonb);

@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from better_compute.db import ContractError, Database
+from better_compute.pki.keys import create_file_once
 
 log = logging.getLogger(__name__)
 
@@ -132,19 +131,9 @@ class AuditSigner:
         return self.private_key.sign(message)
 
     def _create_key_file(self) -> None:
-        """Write a new key next to its place and link it in: a concurrent creator's key wins whole."""
-        pem = Ed25519PrivateKey.generate().private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        self.key_path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, draft = tempfile.mkstemp(dir=self.key_path.parent, prefix=f".{self.key_path.name}.")  # mode 0600
-        try:
-            with os.fdopen(descriptor, "wb") as file:
-                file.write(pem)
-            os.link(draft, self.key_path)
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(draft)
+        """A new key, linked in whole: a concurrent creator's key wins (pki.keys.create_file_once)."""
+        create_file_once(self.key_path, Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), 0o600)
 
 
 # The worker's handler for kind audit.checkpoint.
