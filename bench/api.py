@@ -64,8 +64,7 @@ def http_client(url: str, maker: RequestMaker, stop_at: float, tally: ClientTall
                 error = answer.json()["error"]
                 (tally.conflicts if answer.status_code == 409 else tally.errors)[f"{error['code']}: {(error['hint'] or '')[:50]}"] += 1
                 continue
-            tally.latencies.append((time.perf_counter() - started) * 1000)
-            tally.succeeded += 1
+            tally.success(started)
 
 
 def database_client(dsn: str, maker: RequestMaker, stop_at: float, tally: ClientTally) -> None:
@@ -83,8 +82,7 @@ def database_client(dsn: str, maker: RequestMaker, stop_at: float, tally: Client
             if "error" in answer:
                 tally.errors[answer["error"]["code"]] += 1
                 continue
-            tally.latencies.append((time.perf_counter() - started) * 1000)
-            tally.succeeded += 1
+            tally.success(started)
 
 
 def makers(pools: list[str], seed: float) -> list[RequestMaker]:
