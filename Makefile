@@ -12,7 +12,7 @@ help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"
-	@echo "make bench  - benchmarks (not a test, ~10 min; one: make bench-capacity|worker|api|nodes):"
+	@echo "make bench  - benchmarks (not a test, ~9 min; one: make bench-capacity|worker|api|nodes):"
 	@echo "             1,000-node fleet, reservations/s, capacity queries (~3 min);"
 	@echo "             outbox events/s to webhooks, work items/s with 1 and 4 workers;"
 	@echo "             reservations/s through the HTTP relay vs. in the database at 8 clients;"

@@ -38,6 +38,7 @@ from better_compute.audit import AuditSigner
 from better_compute.cli.serve import POOL_SPARE_CONNECTIONS, WORKER_ROLE
 from better_compute.clock import Clock
 from better_compute.db import Database
+from better_compute.pki import IntentSigner
 from better_compute.ports.ledger import LocalLedger
 from better_compute.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookSender, verify_signature
 from better_compute.worker.handlers import default_handlers
@@ -162,7 +163,12 @@ def named(dsn: str, owner: str) -> str:
 
 def serve_worker_command(dsn: str, owner: str, audit_key: Path) -> list[str]:
     return [str(BETTER_COMPUTE), "serve", "worker", "--dsn", named(dsn, owner), "--owner", owner,
-            "--concurrency", str(SERVE_CONCURRENCY), "--audit-key", str(audit_key)]
+            "--concurrency", str(SERVE_CONCURRENCY), "--audit-key", str(audit_key), "--intent-key", str(intent_key_beside(audit_key))]
+
+
+def intent_key_beside(audit_key: Path) -> Path:
+    """The workers' intent key (node specs and commands are signed with it), in the cluster's folder too."""
+    return audit_key.with_name("intent-ed25519.pem")
 
 
 def noop_worker_command(dsn: str, owner: str, audit_key: Path) -> list[str]:
@@ -177,7 +183,8 @@ def serve_noop_worker(dsn: str, owner: str, audit_key: str) -> None:
     with db:
         with db.pool.connection() as conn:
             clock = Clock.anchored(conn, "worker_api.now")
-        handlers = default_handlers(db, LocalLedger(db), WebhookSender(clock), AuditSigner(audit_key))
+        handlers = default_handlers(db, LocalLedger(db), WebhookSender(clock), AuditSigner(audit_key),
+                                    IntentSigner(intent_key_beside(Path(audit_key))))
         run_until_signalled(Worker(db, {**handlers, NOOP_KIND: noop}, WorkerSettings(owner, WORK_CONCURRENCY)))
 
 
