@@ -64,6 +64,8 @@ CREATE TABLE compute.bookings (
 );
 CREATE INDEX bookings_reservation ON compute.bookings (reservation_id);
 CREATE INDEX bookings_atom ON compute.bookings (atom_id);
+-- Live bookings by atom: what compute.atom_held reads, a btree on purpose (see there).
+CREATE INDEX bookings_atom_live ON compute.bookings (atom_id, upper(during)) WHERE state IN ('provisional', 'active');
 CREATE INDEX bookings_tenant_pool ON compute.bookings (tenant_id, pool_id, upper(during))
     WHERE state IN ('provisional', 'active', 'released');
 CREATE INDEX bookings_node ON compute.bookings USING gist (node_id, during) WHERE state IN ('provisional', 'active');

@@ -7,7 +7,8 @@
 --                  the nodes with the most free atoms first;
 --   3. lock        the chosen devices FOR UPDATE SKIP LOCKED in device_id order: a concurrent
 --                  placement skips them instead of waiting, so placements never deadlock;
---   4. recheck     with a fresh snapshot (READ COMMITTED) that the chosen atoms are still free.
+--   4. recheck     with a fresh snapshot (READ COMMITTED) that the chosen atoms are still free
+--                  (compute.atom_held: btree indexes only, never the GiST index).
 -- A device a concurrent placement holds is left out and steps 1-4 run again (3 attempts).
 SET LOCAL ROLE bc_owner;
 
@@ -25,16 +26,35 @@ CREATE TYPE compute.placement_candidate AS (
 
 -- The helpers below are PL/pgSQL because a SQL function holding a subquery is not inlined and is
 -- planned again on every call; PL/pgSQL keeps its plans for the session.
+CREATE FUNCTION compute.atom_held(p_atom compute.atoms, p_during tstzrange, p_excluding uuid)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- The check placement (step 4) and extend make under the device lock, so it must not miss a row:
+    -- it reads btree indexes only (the device's atoms, then bookings_atom_live), never the GiST
+    -- index bookings_exclusive. Under concurrent writes to a young, growing bookings table,
+    -- PostgreSQL 15's GiST scans of that index were seen to miss committed live bookings for
+    -- seconds, and its exclusion check to let an overlapping one in (docs/capacity.md). A booking
+    -- holds exactly its atom's device, slices and shares (compute.booking_matches_atom), so the
+    -- bookings that overlap p_atom are the live bookings of the device's atoms that overlap it.
+    RETURN EXISTS (
+        SELECT 1 FROM compute.atoms AS x
+          JOIN compute.bookings AS b ON b.atom_id = x.atom_id
+         WHERE x.device_id = p_atom.device_id AND x.slices && p_atom.slices AND x.shares && p_atom.shares
+           AND b.state IN ('provisional', 'active') AND b.reservation_id IS DISTINCT FROM p_excluding
+           AND upper(b.during) > lower(p_during) AND lower(b.during) < upper(p_during));
+END
+$$;
+COMMENT ON FUNCTION compute.atom_held(compute.atoms, tstzrange, uuid) IS
+    'A live booking (of a reservation other than p_excluding) holds a slice and share of the atom during the window; btree indexes only.';
+
 CREATE FUNCTION compute.atom_is_free(p_atom compute.atoms, p_during tstzrange)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    RETURN NOT EXISTS (
-        SELECT 1 FROM compute.bookings AS b
-         WHERE b.site_id = p_atom.site_id AND b.device_id = p_atom.device_id
-           AND b.slices && p_atom.slices AND b.shares && p_atom.shares AND b.during && p_during
-           AND b.state IN ('provisional', 'active'));
+    RETURN NOT compute.atom_held(p_atom, p_during, NULL);
 END
 $$;
 COMMENT ON FUNCTION compute.atom_is_free(compute.atoms, tstzrange) IS 'No live booking overlaps the atom''s slices and shares during the window.';

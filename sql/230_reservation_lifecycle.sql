@@ -339,6 +339,7 @@ DECLARE
     v_during      tstzrange;
     v_max         interval;
     v_fraction    numeric;
+    v_conflict    boolean;
 BEGIN
     IF v_reservation.state NOT IN ('provisional', 'active') OR upper(v_reservation.during) <= v_now THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s has ended', p_reservation_id),
@@ -366,13 +367,22 @@ BEGIN
     SELECT sum(b.gpu_fraction) INTO v_fraction FROM compute.bookings AS b WHERE b.reservation_id = p_reservation_id;
     PERFORM compute.quota_check(v_reservation.tenant_id, v_reservation.project_id, v_reservation.pool_id, v_during,
                                 v_reservation.count, v_fraction, p_reservation_id);
-    BEGIN
-        UPDATE compute.bookings SET during = v_during WHERE reservation_id = p_reservation_id;
-    EXCEPTION WHEN exclusion_violation THEN
+    -- Checked under the device locks through btree indexes (compute.atom_held); the exclusion
+    -- constraint is the last word.
+    v_conflict := EXISTS (SELECT 1 FROM compute.bookings AS mine JOIN compute.atoms AS a ON a.atom_id = mine.atom_id
+                           WHERE mine.reservation_id = p_reservation_id AND compute.atom_held(a, v_during, p_reservation_id));
+    IF NOT v_conflict THEN
+        BEGIN
+            UPDATE compute.bookings SET during = v_during WHERE reservation_id = p_reservation_id;
+        EXCEPTION WHEN exclusion_violation THEN
+            v_conflict := true;
+        END;
+    END IF;
+    IF v_conflict THEN
         PERFORM compute.raise_error('CAPACITY_CONFLICT',
             pg_catalog.format('reservation %s cannot be extended to %s', p_reservation_id, p_new_end),
             'Another reservation holds some of its atoms within the longer window; compute.capacity_earliest finds free windows.');
-    END;
+    END IF;
     UPDATE compute.reservations SET during = v_during WHERE reservation_id = p_reservation_id;
     RETURN compute.reservation_document(p_reservation_id);
 END
