@@ -8,7 +8,7 @@
 --   3. lock        the chosen devices FOR UPDATE SKIP LOCKED in device_id order: a concurrent
 --                  placement skips them instead of waiting, so placements never deadlock;
 --   4. recheck     with a fresh snapshot (READ COMMITTED) that the chosen atoms are still free
---                  (compute.atom_held: btree indexes only, never the GiST index).
+--                  (compute.atom_held: bookings through a btree, never the GiST index).
 -- A device a concurrent placement holds is left out and steps 1-4 run again (3 attempts).
 SET LOCAL ROLE bc_owner;
 
@@ -32,8 +32,9 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     -- The check placement (step 4) and extend make under the device lock, so it must not miss a row:
-    -- it reads btree indexes only (the device's atoms, then bookings_atom_live), never the GiST
-    -- index bookings_exclusive. Under concurrent writes to a young, growing bookings table,
+    -- it finds the device's atoms (a table written only when inventory or layouts change), then
+    -- their live bookings through the btree bookings_atom_live, never through the GiST index
+    -- bookings_exclusive. Under concurrent writes to a young, growing bookings table,
     -- PostgreSQL 15's GiST scans of that index were seen to miss committed live bookings for
     -- seconds, and its exclusion check to let an overlapping one in (docs/capacity.md). A booking
     -- holds exactly its atom's device, slices and shares (compute.booking_matches_atom), so the
@@ -47,7 +48,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION compute.atom_held(compute.atoms, tstzrange, uuid) IS
-    'A live booking (of a reservation other than p_excluding) holds a slice and share of the atom during the window; btree indexes only.';
+    'A live booking (of a reservation other than p_excluding) holds a slice and share of the atom during the window; never reads bookings_exclusive.';
 
 CREATE FUNCTION compute.atom_is_free(p_atom compute.atoms, p_during tstzrange)
 RETURNS boolean

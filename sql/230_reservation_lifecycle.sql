@@ -367,7 +367,7 @@ BEGIN
     SELECT sum(b.gpu_fraction) INTO v_fraction FROM compute.bookings AS b WHERE b.reservation_id = p_reservation_id;
     PERFORM compute.quota_check(v_reservation.tenant_id, v_reservation.project_id, v_reservation.pool_id, v_during,
                                 v_reservation.count, v_fraction, p_reservation_id);
-    -- Checked under the device locks through btree indexes (compute.atom_held); the exclusion
+    -- Checked under the device locks, bookings read through a btree (compute.atom_held); the exclusion
     -- constraint is the last word.
     v_conflict := EXISTS (SELECT 1 FROM compute.bookings AS mine JOIN compute.atoms AS a ON a.atom_id = mine.atom_id
                            WHERE mine.reservation_id = p_reservation_id AND compute.atom_held(a, v_during, p_reservation_id));

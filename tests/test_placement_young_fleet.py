@@ -4,9 +4,10 @@ not trust the GiST index for its final check").
 A fresh 600-GPU pool, 8 sessions reserving and activating whole GPUs in random windows as fast as
 they can. On PostgreSQL 15.18, GiST scans of bookings_exclusive were seen to miss committed
 bookings in exactly this situation: placement then booked over them, and the exclusion check
-either refused the insert (23P01, about one run in three) or, once in about twenty runs, let the
-overlap in. Placement's final check reads btree indexes only, so every refusal must be placement's
-own CAPACITY_CONFLICT and no two live bookings may overlap (counted with index scans off).
+either refused the insert (23P01: 2 runs of this test in 5 without the btree recheck) or, in 2 of
+24 longer runs, let the overlap in. Placement's final check reads bookings through a btree, so
+every refusal must be placement's own CAPACITY_CONFLICT and no two live bookings may overlap
+(counted with index scans off).
 """
 
 from __future__ import annotations

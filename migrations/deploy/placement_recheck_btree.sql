@@ -1,5 +1,5 @@
 -- Deploy better_compute:placement_recheck_btree to pg
--- Placement's recheck and extend's check read btree indexes only (compute.atom_held), not the GiST
+-- Placement's recheck and extend's check read bookings through a btree (compute.atom_held), not the GiST
 -- index bookings_exclusive: under concurrent writes PostgreSQL 15's GiST scans of it were seen to miss
 -- committed live bookings, and its exclusion check to let an overlapping booking in (docs/capacity.md).
 
@@ -15,8 +15,9 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     -- The check placement (step 4) and extend make under the device lock, so it must not miss a row:
-    -- it reads btree indexes only (the device's atoms, then bookings_atom_live), never the GiST
-    -- index bookings_exclusive. Under concurrent writes to a young, growing bookings table,
+    -- it finds the device's atoms (a table written only when inventory or layouts change), then
+    -- their live bookings through the btree bookings_atom_live, never through the GiST index
+    -- bookings_exclusive. Under concurrent writes to a young, growing bookings table,
     -- PostgreSQL 15's GiST scans of that index were seen to miss committed live bookings for
     -- seconds, and its exclusion check to let an overlapping one in (docs/capacity.md). A booking
     -- holds exactly its atom's device, slices and shares (compute.booking_matches_atom), so the
@@ -30,7 +31,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION compute.atom_held(compute.atoms, tstzrange, uuid) IS
-    'A live booking (of a reservation other than p_excluding) holds a slice and share of the atom during the window; btree indexes only.';
+    'A live booking (of a reservation other than p_excluding) holds a slice and share of the atom during the window; never reads bookings_exclusive.';
 
 CREATE OR REPLACE FUNCTION compute.atom_is_free(p_atom compute.atoms, p_during tstzrange)
 RETURNS boolean
@@ -80,7 +81,7 @@ BEGIN
     SELECT sum(b.gpu_fraction) INTO v_fraction FROM compute.bookings AS b WHERE b.reservation_id = p_reservation_id;
     PERFORM compute.quota_check(v_reservation.tenant_id, v_reservation.project_id, v_reservation.pool_id, v_during,
                                 v_reservation.count, v_fraction, p_reservation_id);
-    -- Checked under the device locks through btree indexes (compute.atom_held); the exclusion
+    -- Checked under the device locks, bookings read through a btree (compute.atom_held); the exclusion
     -- constraint is the last word.
     v_conflict := EXISTS (SELECT 1 FROM compute.bookings AS mine JOIN compute.atoms AS a ON a.atom_id = mine.atom_id
                            WHERE mine.reservation_id = p_reservation_id AND compute.atom_held(a, v_during, p_reservation_id));

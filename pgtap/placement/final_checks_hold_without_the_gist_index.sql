@@ -1,5 +1,5 @@
 -- The checks that keep a device's live bookings disjoint, placement's recheck and extend's check,
--- made under the device locks, read btree indexes only (compute.atom_held): with the GiST index
+-- made under the device locks, read bookings through a btree (compute.atom_held): with the GiST index
 -- bookings_exclusive gone (and with it the exclusion constraint), extending into another
 -- reservation and booking an overlapping window are still refused. PostgreSQL 15's GiST scans of
 -- that index were seen to miss committed bookings under concurrent writes (docs/capacity.md).
