@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -373,19 +373,31 @@ def classify(error: psycopg.Error, tally: ClientTally) -> None:
         tally.errors[f"{error.sqlstate}: {(error.diag.message_primary or str(error))[:80]}"] += 1
 
 
-def admission_client(dsn: str, maker: RequestMaker, stop_at: float, tally: ClientTally) -> None:
-    """reserve, then activate, each in its own transaction (autocommit), until stop_at."""
+Drawn = TypeVar("Drawn")
+
+
+def client_loop(dsn: str, stop_at: float, tally: ClientTally, draw: Callable[[], Drawn],
+                attempt: Callable[[psycopg.Connection, Drawn], object]) -> None:
+    """One client on its own autocommit connection until stop_at: draw the arguments (not timed), then
+    time the attempt; a database error is a conflict or an error of the tally."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         while time.monotonic() < stop_at:
-            request = maker.request()
+            drawn = draw()
             started = time.perf_counter()
             try:
-                document = conn.execute("SELECT compute.reserve(%s)", (Jsonb(request),)).fetchone()[0]
-                conn.execute("SELECT compute.reservation_activate(%s)", (document["reservation_id"],))
+                attempt(conn, drawn)
             except psycopg.Error as error:
                 classify(error, tally)
                 continue
             tally.success(started)
+
+
+def admission_client(dsn: str, maker: RequestMaker, stop_at: float, tally: ClientTally) -> None:
+    """reserve, then activate, each in its own transaction (autocommit), until stop_at."""
+    def admit(conn: psycopg.Connection, request: dict[str, object]) -> None:
+        document = conn.execute("SELECT compute.reserve(%s)", (Jsonb(request),)).fetchone()[0]
+        conn.execute("SELECT compute.reservation_activate(%s)", (document["reservation_id"],))
+    client_loop(dsn, stop_at, tally, maker.request, admit)
 
 
 # -- raw inserts under the same exclusion constraint -----------------------------------------------
@@ -397,20 +409,20 @@ CREATE TABLE bench_raw (site_id uuid, device_id uuid, slices int4range, shares i
 INSERT_RAW = "INSERT INTO bench_raw VALUES (%s, %s, int4range(0, 8), int4range(0, NULL), tstzrange(%s, %s))"
 
 
+def fresh_device_rows(rng: random.Random) -> Callable[[], tuple[uuid.UUID, uuid.UUID, datetime, datetime]]:
+    """Draws (site, a fresh device id, start, end) for the baselines: one site per client, a new device
+    each time (so never a conflict), a window of 1-48 h within the booking horizon."""
+    site = uuid.UUID(int=rng.getrandbits(128), version=4)
+
+    def draw() -> tuple[uuid.UUID, uuid.UUID, datetime, datetime]:
+        start = datetime.now(timezone.utc) + timedelta(seconds=rng.uniform(60, BOOKING_HORIZON.total_seconds()))
+        return site, uuid.UUID(int=rng.getrandbits(128), version=4), start, start + timedelta(hours=rng.randint(1, 48))
+    return draw
+
+
 def raw_client(dsn: str, rng: random.Random, stop_at: float, tally: ClientTally) -> None:
     """One row per transaction, never conflicting (a fresh device id each), until stop_at."""
-    site = uuid.UUID(int=rng.getrandbits(128), version=4)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while time.monotonic() < stop_at:
-            start = datetime.now(timezone.utc) + timedelta(seconds=rng.uniform(60, BOOKING_HORIZON.total_seconds()))
-            end = start + timedelta(hours=rng.randint(1, 48))
-            started = time.perf_counter()
-            try:
-                conn.execute(INSERT_RAW, (site, uuid.UUID(int=rng.getrandbits(128), version=4), start, end))
-            except psycopg.Error as error:
-                classify(error, tally)
-                continue
-            tally.success(started)
+    client_loop(dsn, stop_at, tally, fresh_device_rows(rng), lambda conn, row: conn.execute(INSERT_RAW, row))
 
 
 # -- the two-step floor: insert, then update, two transactions --------------------------------------
@@ -431,19 +443,10 @@ ACTIVATE_TWO_STEP = "UPDATE bench_two_step SET state = 'active' WHERE id = %s"
 def two_step_client(dsn: str, rng: random.Random, stop_at: float, tally: ClientTally) -> None:
     """What admission does at the least: a row inserted (reserve), then updated (activate), each in its own
     transaction, under the same partial exclusion constraint; never conflicting (a fresh device id each)."""
-    site = uuid.UUID(int=rng.getrandbits(128), version=4)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while time.monotonic() < stop_at:
-            start = datetime.now(timezone.utc) + timedelta(seconds=rng.uniform(60, BOOKING_HORIZON.total_seconds()))
-            end = start + timedelta(hours=rng.randint(1, 48))
-            started = time.perf_counter()
-            try:
-                row_id = conn.execute(INSERT_TWO_STEP, (site, uuid.UUID(int=rng.getrandbits(128), version=4), start, end)).fetchone()[0]
-                conn.execute(ACTIVATE_TWO_STEP, (row_id,))
-            except psycopg.Error as error:
-                classify(error, tally)
-                continue
-            tally.success(started)
+    def insert_then_activate(conn: psycopg.Connection, row: tuple[uuid.UUID, uuid.UUID, datetime, datetime]) -> None:
+        row_id = conn.execute(INSERT_TWO_STEP, row).fetchone()[0]
+        conn.execute(ACTIVATE_TWO_STEP, (row_id,))
+    client_loop(dsn, stop_at, tally, fresh_device_rows(rng), insert_then_activate)
 
 
 def measure(workload: str, clients: int, client: Callable[[int, float, ClientTally], None]) -> RunResult:
@@ -521,24 +524,18 @@ def print_report(report: dict[str, Any]) -> None:
           f"each client count on a fresh copy of the loaded state. Raw = one INSERT per transaction into bench_raw. "
           f"Two-step = one INSERT, then one UPDATE of that row, two transactions, into bench_two_step. {RUN_SECONDS} s per run.")
     print()
-    header = (f"{'clients':>7} | {'reserv/s':>8} | {'reserv/s by quarter of the run':>30} | {'raw ins/s':>9} | {'2-step/s':>8} | "
-              f"{'adm/raw':>7} | {'2-step/raw':>10} | {'adm/2-step':>10}")
-    print(header)
-    print("-" * len(header))
-    for adm, ins, two in zip(report["admission"], report["raw_insert"], report["two_step"], strict=True):
-        quarters = " / ".join(f"{rate:.0f}" for rate in adm["per_second_by_quarter"])
-        print(f"{adm['clients']:>7} | {adm['per_second']:>8.1f} | {quarters:>30} | {ins['per_second']:>9.1f} | "
-              f"{two['per_second']:>8.1f} | {adm['per_second'] / ins['per_second']:>7.3f} | "
-              f"{two['per_second'] / ins['per_second']:>10.3f} | {adm['per_second'] / two['per_second']:>10.3f}")
+    runs = list(zip(report["admission"], report["raw_insert"], report["two_step"], strict=True))
+    print_table(("clients", "reserv/s", "reserv/s by quarter of the run", "raw ins/s", "2-step/s", "adm/raw", "2-step/raw", "adm/2-step"),
+                [(adm["clients"], f"{adm['per_second']:.1f}", " / ".join(f"{rate:.0f}" for rate in adm["per_second_by_quarter"]),
+                  f"{ins['per_second']:.1f}", f"{two['per_second']:.1f}", f"{adm['per_second'] / ins['per_second']:.3f}",
+                  f"{two['per_second'] / ins['per_second']:.3f}", f"{adm['per_second'] / two['per_second']:.3f}")
+                 for adm, ins, two in runs])
     print()
-    header = (f"{'clients':>7} | {'conflicts':>9} | {'errors':>6} | {'res p50 ms':>10} | {'res p99 ms':>10} | "
-              f"{'raw p50 ms':>10} | {'raw p99 ms':>10} | {'2-step p50':>10} | {'2-step p99':>10}")
-    print(header)
-    print("-" * len(header))
-    for adm, ins, two in zip(report["admission"], report["raw_insert"], report["two_step"], strict=True):
-        print(f"{adm['clients']:>7} | {adm['conflict_rate']:>9.1%} | {sum(adm['errors'].values()):>6} | "
-              f"{adm['latency']['p50_ms']!s:>10} | {adm['latency']['p99_ms']!s:>10} | {ins['latency']['p50_ms']!s:>10} | "
-              f"{ins['latency']['p99_ms']!s:>10} | {two['latency']['p50_ms']!s:>10} | {two['latency']['p99_ms']!s:>10}")
+    print_table(("clients", "conflicts", "errors", "res p50 ms", "res p99 ms", "raw p50 ms", "raw p99 ms", "2-step p50", "2-step p99"),
+                [(adm["clients"], f"{adm['conflict_rate']:.1%}", sum(adm["errors"].values()), adm["latency"]["p50_ms"],
+                  adm["latency"]["p99_ms"], ins["latency"]["p50_ms"], ins["latency"]["p99_ms"], two["latency"]["p50_ms"],
+                  two["latency"]["p99_ms"])
+                 for adm, ins, two in runs])
     for adm in report["admission"]:
         for outcome, count in sorted((adm["conflicts"] | adm["errors"]).items()):
             print(f"  {adm['clients']} client(s): {count} x {outcome}")
@@ -562,6 +559,16 @@ def print_report(report: dict[str, Any]) -> None:
     print(machine_line(report["machine"]))
     print(f"Total {timings['total']} s (phases: " + ", ".join(f"{k} {v} s" for k, v in timings.items() if k != "total")
           + f"); figures in {RESULTS.relative_to(ROOT)}")
+
+
+def print_table(columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
+    """Right-aligned columns, each as wide as its heading (at least 6), under a rule."""
+    widths = [max(len(column), 6) for column in columns]
+    header = " | ".join(f"{column:>{width}}" for column, width in zip(columns, widths, strict=True))
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(" | ".join(f"{cell!s:>{width}}" for cell, width in zip(row, widths, strict=True)))
 
 
 def targets(admission: list[RunResult], raw: list[RunResult], two_step: list[RunResult], free: dict[str, Any]) -> list[dict[str, object]]:
@@ -613,17 +620,11 @@ SELECT r.reservation_id, r.tenant_id, a.site_id, a.pool_id, a.node_id, a.device_
 
 def same_rows_client(dsn: str, atoms: list[str], rng: random.Random, stop_at: float, tally: ClientTally) -> None:
     """One reservation and its booking per transaction on a random whole GPU, until stop_at."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while time.monotonic() < stop_at:
-            start = datetime.now(timezone.utc) + timedelta(days=365, seconds=rng.uniform(0, 365 * 86400))
-            started = time.perf_counter()
-            try:
-                conn.execute(INSERT_SAME_ROWS, {"tenant": tenant_id(rng.randrange(TENANTS)), "atom": rng.choice(atoms),
-                                                "start": start, "end": start + timedelta(hours=rng.randint(1, 48))})
-            except psycopg.Error as error:
-                classify(error, tally)
-                continue
-            tally.success(started)
+    def draw() -> dict[str, object]:
+        start = datetime.now(timezone.utc) + timedelta(days=365, seconds=rng.uniform(0, 365 * 86400))
+        return {"tenant": tenant_id(rng.randrange(TENANTS)), "atom": rng.choice(atoms),
+                "start": start, "end": start + timedelta(hours=rng.randint(1, 48))}
+    client_loop(dsn, stop_at, tally, draw, lambda conn, params: conn.execute(INSERT_SAME_ROWS, params))
 
 
 def same_rows_run(dsn: str, rng: random.Random) -> RunResult:

@@ -22,6 +22,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from fleet import WHOLE, make_pool
+from table_checks import OVERLAPPING_LIVE_BOOKINGS, rows_read_without_indexes
 
 NODES, GPUS_PER_NODE = 100, 6
 SESSIONS = 8
@@ -48,18 +49,6 @@ def session(dsn: str, pool_id: str, seed: int, stop_at: float, outcomes: Counter
                 outcomes[outcome] += 1
 
 
-def overlapping_live_bookings(conn: psycopg.Connection) -> int:
-    """Pairs of live bookings sharing a device's slice and share at one instant, read from the table only."""
-    with conn.transaction():
-        for scan in ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan"):
-            conn.execute(f"SET LOCAL {scan} = off")
-        return conn.execute("""
-            SELECT count(*) FROM compute.bookings AS a JOIN compute.bookings AS b
-              ON b.device_id = a.device_id AND b.booking_id > a.booking_id
-             AND b.slices && a.slices AND b.shares && a.shares AND b.during && a.during
-           WHERE a.state IN ('provisional', 'active') AND b.state IN ('provisional', 'active')""").fetchone()[0]
-
-
 def test_concurrent_placement_on_a_young_fleet_books_nothing_twice(db: psycopg.Connection, db_dsn: str) -> None:
     pool_id = str(make_pool(db, [[WHOLE] * GPUS_PER_NODE] * NODES, shapes=("gpu",)))
     db.commit()
@@ -75,4 +64,5 @@ def test_concurrent_placement_on_a_young_fleet_books_nothing_twice(db: psycopg.C
     print(f"\n{outcomes.total()} reservations tried by {SESSIONS} sessions in {SECONDS} s: {dict(outcomes)}")
     assert outcomes["ok"] > 500, outcomes
     assert set(outcomes) <= {"ok", CAPACITY_CONFLICT}, f"refused other than by placement's CAPACITY_CONFLICT: {outcomes}"
-    assert overlapping_live_bookings(db) == 0
+    overlaps = rows_read_without_indexes(db, {"overlaps": OVERLAPPING_LIVE_BOOKINGS})["overlaps"]
+    assert not overlaps, overlaps

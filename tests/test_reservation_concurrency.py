@@ -32,6 +32,7 @@ from psycopg.types.json import Jsonb
 
 from better_compute.errors import from_database
 from fleet import MIG_2X_3G, SHAPES, TIMESLICE_4, WHOLE, device_id, make_pool
+from table_checks import OVERLAPPING_LIVE_BOOKINGS, rows_read_without_indexes
 
 PINNED = datetime(2030, 1, 30, tzinfo=timezone.utc)  # windows reach into February: quotas count two months
 LAYOUT_CHANGE_AT = PINNED + timedelta(hours=36)       # node 1's whole GPU 0 becomes two MIG instances
@@ -219,15 +220,10 @@ def build_contended_pool(conn: psycopg.Connection) -> uuid.UUID:
     return pool_id
 
 
-# Independent checks: plain SQL over the tables, calling none of our functions. Each lists violations.
+# Independent checks: plain SQL over the tables, calling none of our functions, read without indexes
+# (table_checks). Each lists violations.
 INVARIANTS = {
-    "live bookings sharing a device's slice and share at one instant": """
-        SELECT a.booking_id, b.booking_id, a.device_id, a.slices, b.slices, a.shares, b.shares, a.during, b.during
-          FROM compute.bookings AS a
-          JOIN compute.bookings AS b
-            ON b.device_id = a.device_id AND b.booking_id > a.booking_id
-           AND b.slices && a.slices AND b.shares && a.shares AND b.during && a.during
-         WHERE a.state IN ('provisional', 'active') AND b.state IN ('provisional', 'active')""",
+    "live bookings sharing a device's slice and share at one instant": OVERLAPPING_LIVE_BOOKINGS,
     "live bookings outside their atom (validity, device, slices or shares)": """
         SELECT b.booking_id, b.during, a.valid
           FROM compute.bookings AS b JOIN compute.atoms AS a ON a.atom_id = b.atom_id
@@ -276,20 +272,8 @@ INVARIANTS = {
 }
 
 
-INDEX_SCANS = ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan")
-
-
 def invariant_violations(conn: psycopg.Connection) -> dict[str, list[tuple[Any, ...]]]:
-    """Every check reads the tables only: no index may answer for them (an index that misses an entry
-    would hide the very overlap the check looks for), so index scans are off for the checks."""
-    for scan in INDEX_SCANS:
-        conn.execute(f"SET {scan} = off")
-    try:
-        found = {name: conn.execute(query).fetchall() for name, query in INVARIANTS.items()}
-    finally:
-        for scan in INDEX_SCANS:
-            conn.execute(f"RESET {scan}")
-    return {name: rows for name, rows in found.items() if rows}
+    return {name: rows for name, rows in rows_read_without_indexes(conn, INVARIANTS).items() if rows}
 
 
 class Watcher:
