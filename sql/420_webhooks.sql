@@ -9,10 +9,51 @@
 -- under the work item's lease epoch (FENCED otherwise); a delivery keeps its id on every retry.
 SET LOCAL ROLE bc_owner;
 
+-- What a webhook URL may be: the sender (py/better_compute/webhooks.py, urllib) must be able to
+-- parse it, so a subscription never turns into deliveries that fail before they are sent.
+-- http or https; a host that is a DNS name (letters, digits, '-', '_'; labels of 1 to 63), a
+-- dotted IPv4 address or a bracketed IPv6 literal; an optional port 1-65535; no user:password@
+-- (the signing secret is the credential); then an optional path, query or fragment of printable
+-- characters without spaces; at most 2000 characters in all.
+CREATE FUNCTION compute.webhook_url_valid(p_url text)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_parts text[];
+BEGIN
+    IF p_url IS NULL OR pg_catalog.length(p_url) > 2000 THEN
+        RETURN false;
+    END IF;
+    -- Scheme and authority: the authority ends at the first '/', '?' or '#'.
+    v_parts := pg_catalog.regexp_match(p_url, '^https?://([^/?#[:space:][:cntrl:]]+)([/?#][^[:space:][:cntrl:]]*)?$');
+    IF v_parts IS NULL THEN
+        RETURN false;
+    END IF;
+    -- Host and port (ARE repetition counts stop at 255, so the host's length is checked apart).
+    v_parts := pg_catalog.regexp_match(v_parts[1],
+        '^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?)(:([0-9]{1,5}))?$');
+    IF v_parts IS NULL OR pg_catalog.length(v_parts[1]) > 255
+       OR (v_parts[6] IS NOT NULL AND v_parts[6]::integer NOT BETWEEN 1 AND 65535) THEN
+        RETURN false;
+    END IF;
+    IF pg_catalog.left(v_parts[1], 1) <> '[' THEN
+        RETURN true;
+    END IF;
+    -- A bracketed literal must be an IPv6 address (an IPv4 address may not be in brackets).
+    BEGIN
+        RETURN pg_catalog.family(pg_catalog.btrim(v_parts[1], '[]')::inet) = 6;
+    EXCEPTION WHEN invalid_text_representation THEN
+        RETURN false;
+    END;
+END
+$$;
+COMMENT ON FUNCTION compute.webhook_url_valid(text) IS 'Whether a URL may be a webhook''s: http(s), a DNS name, IPv4 or bracketed IPv6 host, port 1-65535, no user info, printable, at most 2000 characters.';
+
 CREATE TABLE compute.webhooks (
     webhook_id  uuid PRIMARY KEY,
     tenant_id   uuid NOT NULL REFERENCES compute.tenants,
-    url         text NOT NULL CHECK (length(url) <= 2000 AND url ~ '^https?://[^\s]+$'),  -- ARE repetition counts stop at 255
+    url         text NOT NULL CHECK (compute.webhook_url_valid(url)),
     secret      text NOT NULL CHECK (length(secret) BETWEEN 16 AND 200),
     event_types text[] NOT NULL DEFAULT '{}',
     active      boolean NOT NULL DEFAULT true,
@@ -51,9 +92,9 @@ DECLARE
     v_webhook_id uuid := coalesce(p_webhook_id, pg_catalog.gen_random_uuid());
 BEGIN
     PERFORM compute.tenant_ensure(p_tenant_id);
-    IF p_url IS NULL OR length(p_url) > 2000 OR p_url !~ '^https?://[^\s]+$' THEN
+    IF NOT coalesce(compute.webhook_url_valid(p_url), false) THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid webhook URL %L', pg_catalog.left(p_url, 200)),
-            'Pass an http(s) URL of at most 2000 characters.');
+            'Pass an http(s) URL of at most 2000 characters whose host is a DNS name, an IPv4 address or a bracketed IPv6 address, with an optional port 1-65535 and no user:password@.');
     END IF;
     IF p_secret IS NULL OR length(p_secret) NOT BETWEEN 16 AND 200 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a webhook secret has 16 to 200 characters', 'Use a long random secret.');

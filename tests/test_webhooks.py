@@ -147,3 +147,12 @@ def test_a_timeout_is_a_failed_attempt_with_its_reason(wdb: Database) -> None:
         result = sender_for(wdb).send(delivery, timeout=0.2)
     assert (result.ok, result.status) == (False, None)
     assert result.error is not None and "timed out" in result.error
+
+
+def test_a_url_the_sender_cannot_parse_is_a_failed_attempt_not_a_crash(wdb: Database) -> None:
+    """The database refuses such URLs now (compute.webhook_url_valid); a row written before that rule
+    must still end in a failed attempt with its reason, not in an exception out of the handler."""
+    delivery = Delivery(uuid.uuid4(), "reservation.created", "http://[1.2.3.4]/hook", SECRET, {"id": 1})
+    result = sender_for(wdb).send(delivery, timeout=0.2)
+    assert (result.ok, result.status) == (False, None)
+    assert result.error is not None and result.error.startswith("ValueError:")

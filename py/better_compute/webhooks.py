@@ -9,7 +9,8 @@ The body is the delivery's JSON, compact. Headers:
 A receiver checks the signature and the timestamp's age with `verify_signature`.
 
 Any 2xx answer is delivered; anything else (another status, a redirect, a timeout, a refused
-connection) is a failed attempt with its reason. Retries and dead letters are the database's.
+connection, a URL urllib cannot parse) is a failed attempt with its reason. Retries and dead
+letters are the database's.
 """
 
 from __future__ import annotations
@@ -107,12 +108,12 @@ class WebhookSender:
         self.opener = urllib.request.build_opener(RedirectsAreAnswers)
 
     def send(self, delivery: Delivery, timeout: float) -> DeliveryResult:
-        request = signed_request(delivery, int(self.clock.now().timestamp()))
         try:
+            request = signed_request(delivery, int(self.clock.now().timestamp()))
             with self.opener.open(request, timeout=timeout) as response:  # answers other than 2xx raise HTTPError
                 response.read(RESPONSE_BYTES_READ)
                 return DeliveryResult(True, response.status, None)
         except urllib.error.HTTPError as error:
             return DeliveryResult(False, error.code, f"HTTP {error.code} {error.reason}")
-        except (OSError, http.client.HTTPException) as error:
+        except (OSError, http.client.HTTPException, ValueError) as error:  # ValueError: a URL urllib cannot parse
             return DeliveryResult(False, None, f"{type(error).__name__}: {getattr(error, 'reason', error)}")
