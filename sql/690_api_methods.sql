@@ -144,7 +144,7 @@ INSERT INTO api.methods (method, action, resource_type, kind, summary, input_sch
      'compute.api_capacity_rollup(uuid, jsonb)', NULL, 'compute-pool', 'pool_id', NULL, NULL, NULL),
     ('events.list', 'compute:events:list', 'compute-event', 'read',
      'The tenant''s events after a cursor, in commit order.',
-     '{"type":"object","properties":{"after":{"type":"string","maxLength":40},"limit":{"type":"integer","minimum":1,"maximum":1000}},"required":[],"additionalProperties":false}',
+     '{"type":"object","properties":{"after":{"type":"string","maxLength":40,"pattern":"^([0-9]{1,19}:[0-9]{1,18})?$"},"limit":{"type":"integer","minimum":1,"maximum":1000}},"required":[],"additionalProperties":false}',
      'compute.api_events_list(uuid, jsonb)', NULL, NULL, NULL, NULL, NULL, NULL),
     ('audit.proof', 'compute:audit:proof', 'compute-audit-event', 'read',
      'Inclusion proof of one of the tenant''s audit events.',

@@ -1,0 +1,46 @@
+-- Deploy better_compute:api_input_conformance to pg
+-- Inputs the API document allows are accepted: a JSON integer may be written 371.0 (JSON Schema's
+-- integer is any number with a zero fraction), and events.list's document says what a cursor
+-- looks like (xid:event_id) instead of answering INVALID_ARGUMENT for a string it allowed.
+
+BEGIN;
+
+SET LOCAL ROLE bc_owner;
+
+CREATE OR REPLACE FUNCTION compute.request_field(p_request jsonb, p_field text, p_type text, p_required boolean)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_value jsonb := p_request -> p_field;
+    v_kind  text := (CASE WHEN p_type IN ('integer', 'object', 'array') THEN 'an ' ELSE 'a ' END) || p_type;
+BEGIN
+    IF v_value IS NULL OR v_value = 'null'::jsonb THEN
+        IF p_required THEN
+            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is required', p_field),
+                pg_catalog.format('Pass %s (%s).', p_field, v_kind));
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF pg_catalog.jsonb_typeof(v_value) <> (CASE p_type WHEN 'uuid' THEN 'string' WHEN 'timestamp' THEN 'string'
+                                                        WHEN 'integer' THEN 'number' ELSE p_type END)
+       OR (p_type = 'uuid' AND v_value #>> '{}' !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$')
+       OR (p_type = 'integer' AND (v_value #>> '{}') !~ '^-?[0-9]{1,9}(\.0+)?$')  -- JSON Schema's integer: 371.0 is one
+       OR (p_type = 'timestamp' AND (v_value #>> '{}') !~ '^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d{1,6})?)?(Z|[+-]\d\d(:?\d\d)?)$') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is not a valid %s: %s', p_field, p_type, v_value),
+            CASE p_type WHEN 'timestamp' THEN pg_catalog.format('Pass %s as an ISO 8601 time with its offset, e.g. 2026-12-01T12:00:00Z.', p_field)
+                        ELSE pg_catalog.format('Pass %s as %s.', p_field, v_kind) END);
+    END IF;
+    IF p_type = 'integer' THEN
+        RETURN pg_catalog.to_jsonb((v_value #>> '{}')::numeric::integer);
+    END IF;
+    RETURN v_value;
+END
+$$;
+COMMENT ON FUNCTION compute.request_field(jsonb, text, text, boolean) IS 'One field of a JSON request, checked for type; INVALID_ARGUMENT naming it otherwise.';
+
+UPDATE api.methods
+   SET input_schema = pg_catalog.jsonb_set(input_schema, '{properties,after,pattern}', '"^([0-9]{1,19}:[0-9]{1,18})?$"')
+ WHERE method = 'events.list';
+
+COMMIT;
