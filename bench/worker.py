@@ -163,7 +163,8 @@ def named(dsn: str, owner: str) -> str:
 
 def serve_worker_command(dsn: str, owner: str, audit_key: Path) -> list[str]:
     return [str(BETTER_COMPUTE), "serve", "worker", "--dsn", named(dsn, owner), "--owner", owner,
-            "--concurrency", str(SERVE_CONCURRENCY), "--audit-key", str(audit_key), "--intent-key", str(intent_key_beside(audit_key))]
+            "--concurrency", str(SERVE_CONCURRENCY), "--audit-key", str(audit_key), "--intent-key", str(intent_key_beside(audit_key)),
+            "--webhooks-to-private-addresses"]  # the receiver listens on 127.0.0.1
 
 
 def intent_key_beside(audit_key: Path) -> Path:
@@ -183,7 +184,8 @@ def serve_noop_worker(dsn: str, owner: str, audit_key: str) -> None:
     with db:
         with db.pool.connection() as conn:
             clock = Clock.anchored(conn, "worker_api.now")
-        handlers = default_handlers(db, LocalLedger(db), WebhookSender(clock), AuditSigner(audit_key),
+        sender = WebhookSender(clock, private_addresses=True)  # the benchmark's receivers listen on 127.0.0.1
+        handlers = default_handlers(db, LocalLedger(db), sender, AuditSigner(audit_key),
                                     IntentSigner(intent_key_beside(Path(audit_key))))
         run_until_signalled(Worker(db, {**handlers, NOOP_KIND: noop}, WorkerSettings(owner, WORK_CONCURRENCY)))
 

@@ -156,3 +156,39 @@ def test_a_url_the_sender_cannot_parse_is_a_failed_attempt_not_a_crash(wdb: Data
     result = sender_for(wdb).send(delivery, timeout=0.2)
     assert (result.ok, result.status) == (False, None)
     assert result.error is not None and result.error.startswith("ValueError:")
+
+
+def test_a_url_that_reaches_this_machine_is_refused_without_a_connection(wdb: Database) -> None:
+    """SSRF: by default (`serve worker` without --webhooks-to-private-addresses) a tenant's URL may
+    not reach this machine; nothing is sent and the attempt fails with the reason."""
+    with Receiver() as receiver:
+        delivery = Delivery(uuid.uuid4(), "reservation.created", receiver.url, SECRET, {"id": 1})
+        result = sender_for(wdb, private_addresses=False).send(delivery, timeout=2)
+        assert receiver.requests() == []
+    assert (result.ok, result.status) == (False, None)
+    assert result.error == "refused: 127.0.0.1 is not a public address"
+
+
+@pytest.mark.parametrize("url", ["http://localhost:9/hook", "http://[::1]:9/hook", "http://169.254.169.254/latest/meta-data",
+                                 "http://10.1.2.3/hook", "http://[::ffff:192.168.0.1]/hook", "http://100.64.0.1/hook",
+                                 "http://224.0.0.1/hook"],
+                         ids=["localhost", "ipv6-loopback", "cloud-metadata", "private", "ipv4-mapped-private",
+                              "shared-address-space", "multicast"])
+def test_a_url_that_reaches_a_non_public_address_is_refused(wdb: Database, url: str) -> None:
+    delivery = Delivery(uuid.uuid4(), "reservation.created", url, SECRET, {"id": 1})
+    result = sender_for(wdb, private_addresses=False).send(delivery, timeout=0.5)
+    assert (result.ok, result.status) == (False, None)
+    assert result.error is not None and result.error.startswith("refused: ") and "not a public address" in result.error
+
+
+def test_the_post_goes_to_a_checked_address_with_the_urls_host(wdb: Database) -> None:
+    """The host is resolved once and the connection made to what was resolved and checked, with the
+    URL's host in the Host header: no second lookup (DNS rebinding) picks where the signed body goes."""
+    with Receiver() as receiver:
+        port = receiver.base_url.rsplit(":", 1)[1]
+        delivery = Delivery(uuid.uuid4(), "reservation.created", f"http://localhost:{port}/hook?x=1#fragment", SECRET,
+                            {"id": 1})
+        result = sender_for(wdb).send(delivery, timeout=2)
+        [received] = receiver.requests()
+    assert (result.ok, result.status) == (True, 200)
+    assert (received.path, received.headers["host"]) == ("/hook?x=1", f"localhost:{port}")

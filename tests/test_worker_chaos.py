@@ -228,7 +228,8 @@ class WorkerProcess:
             process = subprocess.Popen([*CLI, "--dsn", dsn, "--owner", owner, "--concurrency", "4",
                                         "--lease-seconds", str(LEASE_SECONDS), "--poll-seconds", str(POLL_SECONDS),
                                         "--grace-seconds", "10", "--audit-key", str(directory / "audit.pem"),
-                                        "--intent-key", str(directory / "intent.key")],
+                                        "--intent-key", str(directory / "intent.key"),
+                                        "--webhooks-to-private-addresses"],  # the receiver listens on 127.0.0.1
                                        env=env, stdout=output, stderr=subprocess.STDOUT)
         return cls(owner, log, process)
 

@@ -131,7 +131,8 @@ def test_a_fenced_result_is_dropped_and_the_worker_goes_on(queue_only: psycopg.C
 def serve_worker(dsn: str, grace_seconds: float) -> subprocess.Popen[str]:
     env = os.environ | {"PYTHONPATH": str(REPO / "py")}
     return subprocess.Popen([*CLI, "serve", "worker", "--dsn", dsn, "--owner", "sigterm-test", "--poll-seconds", "0.2",
-                             "--lease-seconds", "5", "--grace-seconds", str(grace_seconds)],
+                             "--lease-seconds", "5", "--grace-seconds", str(grace_seconds),
+                             "--webhooks-to-private-addresses"],  # the receiver listens on 127.0.0.1
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

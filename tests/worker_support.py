@@ -118,9 +118,10 @@ def standard_handlers(db: Database) -> dict[str, Handler]:
                             IntentSigner(keys / "intent.key"))
 
 
-def sender_for(db: Database) -> WebhookSender:
+def sender_for(db: Database, private_addresses: bool = True) -> WebhookSender:
+    """A real sender; it may reach this machine's receivers (127.0.0.1) unless told otherwise."""
     with db.pool.connection() as conn:
-        return WebhookSender(Clock.anchored(conn, "worker_api.now"))
+        return WebhookSender(Clock.anchored(conn, "worker_api.now"), private_addresses)
 
 
 @contextmanager

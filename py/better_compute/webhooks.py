@@ -9,8 +9,12 @@ The body is the delivery's JSON, compact. Headers:
 A receiver checks the signature and the timestamp's age with `verify_signature`.
 
 Any 2xx answer is delivered; anything else (another status, a redirect, a timeout, a refused
-connection, a URL urllib cannot parse) is a failed attempt with its reason. Retries and dead
-letters are the database's.
+connection, a URL that does not parse, a host that resolves to a non-public address) is a failed
+attempt with its reason. Retries and dead letters are the database's.
+
+The host is resolved once per attempt and the POST goes to that address: unless the sender is
+told otherwise (`serve worker --webhooks-to-private-addresses`), every address must be public, so
+a tenant's URL cannot reach loopback, the operator's private networks or cloud metadata.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.client
+import ipaddress
 import json
+import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -82,9 +88,8 @@ def verify_signature(secret: str, timestamp: str | int, body: bytes, header: str
     return hmac.compare_digest(signature(secret, sent_at, body), header)
 
 
-def signed_request(delivery: Delivery, timestamp: int) -> urllib.request.Request:
-    body = encode_body(delivery.body)
-    headers = {
+def signed_headers(delivery: Delivery, timestamp: int, body: bytes) -> dict[str, str]:
+    return {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         EVENT_HEADER: delivery.event_type,
@@ -92,28 +97,95 @@ def signed_request(delivery: Delivery, timestamp: int) -> urllib.request.Request
         TIMESTAMP_HEADER: str(timestamp),
         SIGNATURE_HEADER: signature(delivery.secret, timestamp, body),
     }
-    return urllib.request.Request(delivery.url, data=body, headers=headers, method="POST")
 
 
-class RedirectsAreAnswers(urllib.request.HTTPRedirectHandler):
-    """A redirect is the endpoint's answer (a failed attempt), never followed with the signed body."""
+class RefusedAddress(Exception):
+    """The webhook's host is, or resolves to, an address the sender may not reach."""
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+
+@dataclass(frozen=True)
+class Target:
+    """Where one POST goes: the URL's parts, and the addresses (checked) it may connect to."""
+
+    https: bool
+    host: str
+    port: int
+    path: str
+    addresses: tuple[str, ...]
+
+    @classmethod
+    def resolve(cls, url: str, private_addresses: bool) -> Target:
+        """Parse the URL and resolve its host. Unless `private_addresses`, every address the host
+        resolves to must be a public unicast one (SSRF: a tenant's URL must not reach the control
+        plane's own network, loopback or cloud metadata at 169.254.169.254)."""
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url[:200]}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        addresses = tuple(dict.fromkeys(info[4][0] for info in socket.getaddrinfo(parts.hostname, port,
+                                                                                   type=socket.SOCK_STREAM)))
+        if not private_addresses:
+            for address in addresses:
+                if not is_public(address):
+                    where = address if address == parts.hostname else f"{parts.hostname} resolves to {address}, which"
+                    raise RefusedAddress(f"{where} is not a public address")
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return cls(parts.scheme == "https", parts.hostname, port, path, addresses)
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        """A connection to the resolved addresses (not a second lookup that could answer otherwise),
+        with the URL's host in the Host header and, for https, in SNI and the certificate check."""
+        connection: http.client.HTTPConnection
+        if self.https:
+            connection = http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                                     context=ssl.create_default_context())
+        else:
+            connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        connection._create_connection = self.connect  # type: ignore[attr-defined]  # what connect() calls
+        return connection
+
+    def connect(self, _host_port: tuple[str, int], timeout: float, source: tuple[str, int] | None) -> socket.socket:
+        """The first of the checked addresses that answers (as socket.create_connection tries a name's)."""
+        error: OSError = OSError(f"{self.host} has no address")
+        for address in self.addresses:
+            try:
+                return socket.create_connection((address, self.port), timeout, source)
+            except OSError as refused:
+                error = refused
+        raise error
+
+
+def is_public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone (fe80::1%eth0) is link-local anyway
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
 
 
 class WebhookSender:
-    def __init__(self, clock: Clock):
+    def __init__(self, clock: Clock, private_addresses: bool = False):
+        """`private_addresses`: whether webhooks may reach loopback, private, link-local and other
+        non-public addresses (off in production; on for endpoints inside the operator's network)."""
         self.clock = clock
-        self.opener = urllib.request.build_opener(RedirectsAreAnswers)
+        self.private_addresses = private_addresses
 
     def send(self, delivery: Delivery, timeout: float) -> DeliveryResult:
+        connection: http.client.HTTPConnection | None = None
         try:
-            request = signed_request(delivery, int(self.clock.now().timestamp()))
-            with self.opener.open(request, timeout=timeout) as response:  # answers other than 2xx raise HTTPError
-                response.read(RESPONSE_BYTES_READ)
+            target = Target.resolve(delivery.url, self.private_addresses)
+            body = encode_body(delivery.body)
+            headers = signed_headers(delivery, int(self.clock.now().timestamp()), body)
+            connection = target.connection(timeout)
+            connection.request("POST", target.path, body=body, headers=headers)
+            response = connection.getresponse()  # a redirect is an answer too: never followed with the signed body
+            response.read(RESPONSE_BYTES_READ)
+            if 200 <= response.status < 300:
                 return DeliveryResult(True, response.status, None)
-        except urllib.error.HTTPError as error:
-            return DeliveryResult(False, error.code, f"HTTP {error.code} {error.reason}")
-        except (OSError, http.client.HTTPException, ValueError) as error:  # ValueError: a URL urllib cannot parse
-            return DeliveryResult(False, None, f"{type(error).__name__}: {getattr(error, 'reason', error)}")
+            return DeliveryResult(False, response.status, f"HTTP {response.status} {response.reason}")
+        except RefusedAddress as error:
+            return DeliveryResult(False, None, f"refused: {error}")
+        except (OSError, http.client.HTTPException, ValueError) as error:  # ValueError: a URL that does not parse
+            return DeliveryResult(False, None, f"{type(error).__name__}: {error}")
+        finally:
+            if connection is not None:
+                connection.close()

@@ -70,6 +70,10 @@ def worker_command(
     intent_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_INTENT_KEY",
                                              help="Ed25519 key that signs node specs and commands (created if "
                                                   "missing).")] = Path(".bc/pki/intent.key"),
+    webhooks_to_private_addresses: Annotated[bool, typer.Option(
+        "--webhooks-to-private-addresses", envvar="BETTER_COMPUTE_WEBHOOKS_TO_PRIVATE_ADDRESSES",
+        help="Let webhooks reach loopback, private and link-local addresses (off: only public ones, "
+             "so a tenant's URL cannot reach this network).")] = False,
 ) -> None:
     """Run the work queue as role bc_worker: sweeps, outbox fan-out, webhooks, usage export, audit checkpoints,
     signing node specs and commands."""
@@ -78,18 +82,20 @@ def worker_command(
     db = worker_database(dsn, concurrency)
     with db:
         run_until_signalled(make_worker(db, settings, make_ledger(ledger, db, ledger_url, ledger_token), audit_key,
-                                        intent_key))
+                                        intent_key, webhooks_to_private_addresses))
 
 
 def worker_database(dsn: str, concurrency: int) -> Database:
     return Database(dsn, max_size=concurrency + POOL_SPARE_CONNECTIONS, name="better-compute-worker", role=WORKER_ROLE)
 
 
-def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, audit_key: Path, intent_key: Path) -> Worker:
+def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, audit_key: Path, intent_key: Path,
+                webhooks_to_private_addresses: bool) -> Worker:
     """The worker with every handler, its clock anchored to the database's (the pool is open)."""
     with db.pool.connection() as conn:
         clock = Clock.anchored(conn, "worker_api.now")
-    handlers = default_handlers(db, ledger, WebhookSender(clock), AuditSigner(audit_key), IntentSigner(intent_key))
+    handlers = default_handlers(db, ledger, WebhookSender(clock, webhooks_to_private_addresses), AuditSigner(audit_key),
+                                IntentSigner(intent_key))
     logging.getLogger(__name__).info("worker %s: %d kinds, concurrency %d", settings.owner, len(handlers),
                                      settings.concurrency)
     return Worker(db, handlers, settings)
@@ -216,6 +222,10 @@ def all_command(
     spec_poll_seconds: Annotated[float, typer.Option(min=0.1, help="Gateway poll besides LISTEN.")] = 5.0,
     concurrency: Annotated[int, typer.Option(min=1, help="Work items the worker runs at once.")] = 8,
     grace_seconds: Annotated[float, typer.Option(min=0, help="On SIGTERM, how long work in flight may finish.")] = 30.0,
+    webhooks_to_private_addresses: Annotated[bool, typer.Option(
+        "--webhooks-to-private-addresses", envvar="BETTER_COMPUTE_WEBHOOKS_TO_PRIVATE_ADDRESSES",
+        help="Let webhooks reach loopback, private and link-local addresses (off: only public ones, "
+             "so a tenant's URL cannot reach this network).")] = False,
 ) -> None:
     """Run the API relay, the node gateway and the worker in one process (a single machine), each as
     its own role (bc_api, bc_gateway, bc_worker), with the static IAM file and the local ledger."""
@@ -228,7 +238,8 @@ def all_command(
     db = worker_database(dsn, concurrency)
     with db:
         try:
-            run_all(relay, gateway, make_worker(db, settings, LocalLedger(db), keys / "audit.pem", keys / "intent.key"))
+            run_all(relay, gateway, make_worker(db, settings, LocalLedger(db), keys / "audit.pem", keys / "intent.key",
+                                                   webhooks_to_private_addresses))
         except GATEWAY_START_ERRORS as error:
             logging.getLogger(__name__).error("serve all cannot start: %s", error)
             raise typer.Exit(1) from error
