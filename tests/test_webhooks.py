@@ -3,14 +3,22 @@ with the same delivery id, dead-lettered and replayed; a slow endpoint holds onl
 
 from __future__ import annotations
 
+import datetime
 import json
+import ssl
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import psycopg
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from better_compute.db import Database
 from better_compute.webhooks import (
@@ -192,3 +200,55 @@ def test_the_post_goes_to_a_checked_address_with_the_urls_host(wdb: Database) ->
         [received] = receiver.requests()
     assert (result.ok, result.status) == (True, 200)
     assert (received.path, received.headers["host"]) == ("/hook?x=1", f"localhost:{port}")
+
+
+def localhost_tls(directory: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server context with a self-signed certificate for the name localhost only, and that
+    certificate's file (what a sender must trust)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(hours=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                   .sign(key, hashes.SHA256()))
+    cert_file, key_file = directory / "localhost.crt", directory / "localhost.key"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    return context, cert_file
+
+
+def test_https_checks_the_urls_host_while_connecting_to_the_checked_address(
+        wdb: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """https://localhost:PORT reaches the address the sender resolved and checked, and the TLS
+    handshake still names localhost (SNI) and verifies the certificate for it: with the certificate
+    trusted (SSL_CERT_FILE) it is delivered; sent to the bare address, the name check fails."""
+    server_context, cert_file = localhost_tls(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+    named = Delivery(uuid.uuid4(), "reservation.created", "https://localhost:{port}/hook", SECRET, {"id": 1})
+    with Receiver(tls=server_context) as receiver:
+        port = receiver.base_url.rsplit(":", 1)[1]
+        by_name = sender_for(wdb).send(replace(named, url=named.url.format(port=port)), timeout=2)
+        by_address = sender_for(wdb).send(Delivery(uuid.uuid4(), "reservation.created", receiver.url, SECRET,
+                                                   {"id": 2}), timeout=2)
+        [received] = receiver.requests()
+    assert (by_name.ok, by_name.status) == (True, 200)
+    assert received.header(DELIVERY_HEADER) == str(named.delivery_id)
+    assert (by_address.ok, by_address.status) == (False, None)
+    assert by_address.error is not None and "SSLCertVerificationError" in by_address.error, by_address.error
+
+
+def test_https_to_an_untrusted_certificate_is_a_failed_attempt(wdb: Database, tmp_path: Path) -> None:
+    server_context, _ = localhost_tls(tmp_path)
+    with Receiver(tls=server_context) as receiver:
+        port = receiver.base_url.rsplit(":", 1)[1]
+        result = sender_for(wdb).send(Delivery(uuid.uuid4(), "reservation.created", f"https://localhost:{port}/hook",
+                                               SECRET, {"id": 1}), timeout=2)
+        assert receiver.requests() == []
+    assert (result.ok, result.status) == (False, None)
+    assert result.error is not None and "SSLCertVerificationError" in result.error, result.error

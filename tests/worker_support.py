@@ -3,6 +3,7 @@ bc_worker against the test database, and a bounded wait."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -54,9 +55,11 @@ class Reply:
 
 @dataclass
 class Receiver:
-    """An HTTP server in a thread; `answer` decides each reply from the request (and what came before)."""
+    """An HTTP server in a thread; `answer` decides each reply from the request (and what came before).
+    With `tls` (a server context) it answers https."""
 
     answer: Callable[[Received, list[Received]], Reply] = lambda _request, _earlier: Reply()
+    tls: ssl.SSLContext | None = None
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
@@ -65,7 +68,7 @@ class Receiver:
     def base_url(self) -> str:
         assert self.server is not None
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     @property
     def url(self) -> str:
@@ -98,6 +101,8 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handle)
         self.server.daemon_threads = True
+        if self.tls is not None:
+            self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
