@@ -52,6 +52,12 @@ def make_ledger(kind: LedgerKind, db: Database, url: str | None, token: str | No
     return BetterIamLedger(url, token)
 
 
+WebhooksToPrivateAddresses = Annotated[bool, typer.Option(
+    "--webhooks-to-private-addresses", envvar="BETTER_COMPUTE_WEBHOOKS_TO_PRIVATE_ADDRESSES",
+    help="Let webhooks reach loopback, private and link-local addresses (off: only public ones, so a tenant's "
+         "URL cannot reach this network; docs/worker.md).")]
+
+
 @app.command("worker")
 def worker_command(
     dsn: Annotated[str, typer.Option("--dsn", envvar="BETTER_COMPUTE_DSN", help="libpq conninfo or URL.")],
@@ -70,10 +76,7 @@ def worker_command(
     intent_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_INTENT_KEY",
                                              help="Ed25519 key that signs node specs and commands (created if "
                                                   "missing).")] = Path(".bc/pki/intent.key"),
-    webhooks_to_private_addresses: Annotated[bool, typer.Option(
-        "--webhooks-to-private-addresses", envvar="BETTER_COMPUTE_WEBHOOKS_TO_PRIVATE_ADDRESSES",
-        help="Let webhooks reach loopback, private and link-local addresses (off: only public ones, "
-             "so a tenant's URL cannot reach this network).")] = False,
+    webhooks_to_private_addresses: WebhooksToPrivateAddresses = False,
 ) -> None:
     """Run the work queue as role bc_worker: sweeps, outbox fan-out, webhooks, usage export, audit checkpoints,
     signing node specs and commands."""
@@ -222,10 +225,7 @@ def all_command(
     spec_poll_seconds: Annotated[float, typer.Option(min=0.1, help="Gateway poll besides LISTEN.")] = 5.0,
     concurrency: Annotated[int, typer.Option(min=1, help="Work items the worker runs at once.")] = 8,
     grace_seconds: Annotated[float, typer.Option(min=0, help="On SIGTERM, how long work in flight may finish.")] = 30.0,
-    webhooks_to_private_addresses: Annotated[bool, typer.Option(
-        "--webhooks-to-private-addresses", envvar="BETTER_COMPUTE_WEBHOOKS_TO_PRIVATE_ADDRESSES",
-        help="Let webhooks reach loopback, private and link-local addresses (off: only public ones, "
-             "so a tenant's URL cannot reach this network).")] = False,
+    webhooks_to_private_addresses: WebhooksToPrivateAddresses = False,
 ) -> None:
     """Run the API relay, the node gateway and the worker in one process (a single machine), each as
     its own role (bc_api, bc_gateway, bc_worker), with the static IAM file and the local ledger."""
