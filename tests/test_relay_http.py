@@ -188,13 +188,20 @@ def register_node(db: psycopg.Connection, pool_id: str, gpus: int) -> None:
     db.commit()
 
 
-def test_a_reservation_goes_through_prepare_one_decision_and_admit(relay: Relay, db: psycopg.Connection) -> None:
-    site = relay.data("sites.create", {"name": "lab"}, ALICE, TENANT)
+def site_and_pool_offering_gpus(relay: Relay, db: psycopg.Connection, site_name: str,
+                                gpus: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Through the API: a site, an H200 pool in it offering whole GPUs; then a node with `gpus` joins."""
+    site = relay.data("sites.create", {"name": site_name}, ALICE, TENANT)
     pool = relay.data("pools.create", {"site_id": site["site_id"], "name": "h200", "gpu_model": H200_MODEL},
                       ALICE, TENANT)
-    register_node(db, pool["pool_id"], gpus=2)
-    relay.data("offerings.create", {"pool_id": pool["pool_id"], "shape": "gpu", "max_count": 2,
+    register_node(db, pool["pool_id"], gpus=gpus)
+    relay.data("offerings.create", {"pool_id": pool["pool_id"], "shape": "gpu", "max_count": gpus,
                                     "max_duration_seconds": 86400}, ALICE, TENANT)
+    return site, pool
+
+
+def test_a_reservation_goes_through_prepare_one_decision_and_admit(relay: Relay, db: psycopg.Connection) -> None:
+    _, pool = site_and_pool_offering_gpus(relay, db, "lab", gpus=2)
     now = db.execute("SELECT compute.compute_now()").fetchone()[0]
     end = (now + timedelta(hours=2)).isoformat()
     created = relay.data("reservations.create", {"pool_id": pool["pool_id"], "shape": "gpu", "count": 2, "end": end},
@@ -426,6 +433,38 @@ def test_openapi_has_one_post_per_catalog_method(relay: Relay, db: psycopg.Conne
         assert operation["requestBody"]["content"]["application/json"]["schema"] == schema
     assert document["components"]["securitySchemes"]["bearer"] == {
         "type": "http", "scheme": "bearer", "description": "The caller's credential, passed to IAM as it is."}
+
+
+def test_every_link_of_the_document_follows_a_key_its_method_answers(relay: Relay, db: psycopg.Connection) -> None:
+    """A creating method's 200 links (api.catalog_links) say the new id is in the answer's data under
+    the key the target method takes: create one of each and check the document's every link."""
+    def post_of(method: str) -> dict[str, Any]:
+        return document["paths"]["/api/compute/" + method.replace(".", "/", 1)]["post"]
+
+    document = httpx.get(relay.url + "/api/compute/openapi.json").json()
+    site, pool = site_and_pool_offering_gpus(relay, db, "linked", gpus=1)
+    end = (db.execute("SELECT compute.compute_now()").fetchone()[0] + timedelta(hours=1)).isoformat()
+    answers = {
+        "sites.create": site,
+        "pools.create": pool,
+        "joinTokens.create": relay.data("joinTokens.create", {"pool_id": pool["pool_id"]}, ALICE, TENANT),
+        "webhooks.create": relay.data("webhooks.create", {"url": "https://hooks.example.com/bc", "secret": "s" * 32},
+                                      ALICE, TENANT),
+        "reservations.create": relay.data("reservations.create", {"pool_id": pool["pool_id"], "shape": "gpu", "count": 1,
+                                                                  "end": end}, ALICE, TENANT),
+    }
+    linked = {method: post_of(method)["responses"]["200"].get("links", {}) for method in document_methods(document)}
+    assert {method for method, links in linked.items() if links} == set(answers)
+    for method, links in linked.items():
+        for target, link in links.items():
+            [(key, expression)] = link["requestBody"].items()
+            assert (link["operationId"], expression) == (target, f"$response.body#/data/{key}")
+            assert key in answers[method], f"{method} answers no {key} for {target}"
+            assert key in post_of(target)["requestBody"]["content"]["application/json"]["schema"]["properties"]
+
+
+def document_methods(document: dict[str, Any]) -> list[str]:
+    return [path["post"]["operationId"] for path in document["paths"].values()]
 
 
 def test_schemathesis_finds_no_server_error_and_answers_match_the_document(relay: Relay, tmp_path: Path) -> None:

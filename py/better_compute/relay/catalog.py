@@ -1,4 +1,5 @@
-"""The method catalog as the relay holds it: read once at start-up from `api.catalog()`.
+"""The method catalog as the relay holds it: read once at start-up from `api.catalog()` (and
+`api.catalog_links()`: which methods take the id a creating method answers).
 
 Each method's input schema is compiled once so a request is checked before it costs a database
 round trip or an IAM decision; the database checks the input again (ops.call bypasses the relay).
@@ -73,13 +74,28 @@ class Method:
 
 
 @dataclass(frozen=True)
+class Link:
+    """`target` takes the id that `method` answers, under `key` (in its input and in the answer's data)."""
+
+    method: str
+    target: str
+    key: str
+
+
+@dataclass(frozen=True)
 class Catalog:
     methods: Mapping[str, Method]
+    links: tuple[Link, ...] = ()
 
     @classmethod
     async def load(cls, db: AsyncDatabase) -> Catalog:
         rows = await db.rows("api.catalog")
-        return cls({row["method"]: Method.of(row) for row in rows})
+        links = await db.rows("api.catalog_links")
+        return cls({row["method"]: Method.of(row) for row in rows},
+                   tuple(Link(row["method"], row["target"], row["key"]) for row in links))
+
+    def links_from(self, method: Method) -> list[Link]:
+        return [link for link in self.links if link.method == method.name]
 
     def __iter__(self) -> Iterator[Method]:
         return iter(self.methods.values())

@@ -2,7 +2,8 @@
 
 One POST path per method: its input schema is the request body, `{data}` answers 200, the error
 envelope answers everything else, `X-Better-Compute: 1` is a required header and the credential a
-bearer token. IAM details ride along as `x-` extensions for tooling.
+bearer token. IAM details ride along as `x-` extensions for tooling. A creating method's 200 links
+its answer's id to the methods that take it, so tools can chain calls.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import Any
 
-from better_compute.relay.catalog import Catalog, Method
+from better_compute.relay.catalog import Catalog, Link, Method
 
 ERROR_STATUSES = {
     "400": "INVALID_ARGUMENT: the input does not fit the method's schema, or a header is missing.",
@@ -49,8 +50,14 @@ COMPONENTS: dict[str, Any] = {
 }
 
 
-def operation(method: Method) -> dict[str, Any]:
+def operation(method: Method, links: list[Link]) -> dict[str, Any]:
     error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    done: dict[str, Any] = {"description": "Done.",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Data"}}}}
+    if links:  # the id this method answers, into the methods that take it (api.catalog_links)
+        done["links"] = {link.target: {"operationId": link.target,
+                                       "requestBody": {link.key: f"$response.body#/data/{link.key}"}}
+                         for link in links}
     return {
         "operationId": method.name,
         "summary": method.summary,
@@ -58,8 +65,7 @@ def operation(method: Method) -> dict[str, Any]:
         "parameters": [{"$ref": "#/components/parameters/BetterCompute"}, {"$ref": "#/components/parameters/TenantId"}],
         "requestBody": {"required": True, "content": {"application/json": {"schema": dict(method.input.schema)}}},
         "responses": {
-            "200": {"description": "Done.",
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Data"}}}},
+            "200": done,
             **{status: {"description": description, **error} for status, description in ERROR_STATUSES.items()},
         },
         "x-iam-action": method.action,
@@ -74,7 +80,7 @@ def document(catalog: Catalog) -> dict[str, Any]:
         "info": {"title": "Better Compute API", "version": version("better-compute"),
                  "description": "Every method is POST /api/compute/{group}/{method} with a JSON object; "
                                 "answers are {data} or {error: {code, message, hint}}."},
-        "paths": {method.path: {"post": operation(method)} for method in catalog},
+        "paths": {method.path: {"post": operation(method, catalog.links_from(method))} for method in catalog},
         "security": [{"bearer": []}],
         "components": COMPONENTS,
     }
