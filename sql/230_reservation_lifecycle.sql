@@ -49,7 +49,7 @@ DECLARE
     v_text text := compute.request_field(p_request, p_field, 'timestamp', p_required) #>> '{}';
 BEGIN
     RETURN v_text::timestamptz;
-EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format THEN
+EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format OR invalid_time_zone_displacement_value THEN
     PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is not a valid time: %s', p_field, v_text),
         pg_catalog.format('Pass %s as an ISO 8601 time with its offset, e.g. 2026-12-01T12:00:00Z.', p_field));
     RETURN NULL;

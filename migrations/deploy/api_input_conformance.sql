@@ -1,7 +1,8 @@
 -- Deploy better_compute:api_input_conformance to pg
 -- Inputs the API document allows are accepted: a JSON integer may be written 371.0 (JSON Schema's
 -- integer is any number with a zero fraction), and events.list's document says what a cursor
--- looks like (xid:event_id) instead of answering INVALID_ARGUMENT for a string it allowed.
+-- looks like (xid:event_id) instead of answering INVALID_ARGUMENT for a string it allowed; a time
+-- whose offset PostgreSQL cannot take (+22:13) is INVALID_ARGUMENT, not an internal error.
 
 BEGIN;
 
@@ -38,6 +39,22 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION compute.request_field(jsonb, text, text, boolean) IS 'One field of a JSON request, checked for type; INVALID_ARGUMENT naming it otherwise.';
+
+CREATE OR REPLACE FUNCTION compute.request_timestamp(p_request jsonb, p_field text, p_required boolean)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_text text := compute.request_field(p_request, p_field, 'timestamp', p_required) #>> '{}';
+BEGIN
+    RETURN v_text::timestamptz;
+EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format OR invalid_time_zone_displacement_value THEN
+    PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is not a valid time: %s', p_field, v_text),
+        pg_catalog.format('Pass %s as an ISO 8601 time with its offset, e.g. 2026-12-01T12:00:00Z.', p_field));
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.request_timestamp(jsonb, text, boolean) IS 'A time field of a JSON request; INVALID_ARGUMENT naming it when it is not a valid time.';
 
 UPDATE api.methods
    SET input_schema = pg_catalog.jsonb_set(input_schema, '{properties,after,pattern}', '"^([0-9]{1,19}:[0-9]{1,18})?$"')

@@ -2,7 +2,7 @@
 -- (NOT_FOUND for a pool or project that does not exist), naming the field; nothing is booked. A
 -- start up to a minute in the past (clock skew) means now.
 BEGIN;
-SELECT plan(18);
+SELECT plan(19);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 CREATE TEMP TABLE t ON COMMIT DROP AS SELECT pgtap_fixtures.fleet('pack', 1, 1) AS pool;
@@ -25,6 +25,8 @@ SELECT throws_ok(format('SELECT compute.reserve(%L)',
     ('{"end": "tomorrow"}', 'BC400', 'end is not a valid timestamp: "tomorrow"', 'an end that is not a time'),
     ('{"end": "2030-13-01T00:00:00Z"}', 'BC400', 'end is not a valid time: 2030-13-01T00:00:00Z', 'an end in month 13'),
     ('{"end": "2030-01-01T02:00:00"}', 'BC400', 'end is not a valid timestamp: "2030-01-01T02:00:00"', 'an end without its offset'),
+    ('{"end": "2030-01-01T02:00:00+22:13"}', 'BC400', 'end is not a valid time: 2030-01-01T02:00:00+22:13',
+     'an offset PostgreSQL cannot take (it allows up to 15:59)'),
     ('{"hold_seconds": 0}', 'BC400', 'hold_seconds 0 is out of range', 'a lease of 0 s'),
     ('{"pool_id": "00000000-0000-0000-0000-0000000000ff"}', 'BC404', 'no pool 00000000-0000-0000-0000-0000000000ff', 'a pool that does not exist'),
     ('{"project_id": "00000000-0000-0000-0000-0000000000ff"}', 'BC404', 'no project 00000000-0000-0000-0000-0000000000ff in this tenant',
