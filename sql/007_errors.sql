@@ -19,6 +19,7 @@ INSERT INTO compute.error_codes (code, sqlstate, http_status, meaning) VALUES
     ('NOT_FOUND',            'BC404', 404, 'No such object, or not visible to the caller.'),
     ('CAPACITY_CONFLICT',    'BC409', 409, 'The capacity asked for is not free.'),
     ('GENERATION_CONFLICT',  'BC412', 409, 'The object changed since the caller read it.'),
+    ('ALREADY_EXISTS',       'BC419', 409, 'An object with that name exists already.'),
     ('IDEMPOTENCY_MISMATCH', 'BC422', 422, 'The idempotency key was used with a different request.'),
     ('QUOTA_EXCEEDED',       'BC429', 429, 'The request would exceed a quota.'),
     ('FENCED',               'BC410', 409, 'The caller''s session, lease or epoch is stale.'),

@@ -166,7 +166,7 @@ BEGIN
     END IF;
     SELECT p.gpu_model INTO v_model FROM compute.pools AS p WHERE p.site_id = p_site_id AND p.name = p_name;
     IF v_model <> p_gpu_model THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT',
+        PERFORM compute.raise_error('ALREADY_EXISTS',
             pg_catalog.format('pool %s already exists for %s', p_name, v_model),
             'A pool holds exactly one GPU model: choose another name for another model.');
     END IF;

@@ -75,7 +75,7 @@ DECLARE
     v_name text := compute.input_text(p_input, 'name');
 BEGIN
     IF compute.site_create(v_name, p_tenant_id, p_resource_id::uuid) <> p_resource_id::uuid THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('site %s already exists', v_name),
+        PERFORM compute.raise_error('ALREADY_EXISTS', pg_catalog.format('site %s already exists', v_name),
             'Choose another name, or use the existing site (sites.list).');
     END IF;
     RETURN (SELECT compute.site_json(s) FROM compute.sites AS s WHERE s.site_id = p_resource_id::uuid);
@@ -113,7 +113,7 @@ DECLARE
     v_name    text := compute.input_text(p_input, 'name');
 BEGIN
     IF EXISTS (SELECT 1 FROM compute.pools AS p WHERE p.site_id = v_site_id AND p.name = v_name) THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('pool %s already exists in this site', v_name),
+        PERFORM compute.raise_error('ALREADY_EXISTS', pg_catalog.format('pool %s already exists in this site', v_name),
             'Choose another name, or change the existing pool with pools.update.');
     END IF;
     PERFORM compute.pool_create(v_site_id, v_name, compute.input_text(p_input, 'gpu_model'),
@@ -247,7 +247,7 @@ DECLARE
     v_name text := compute.input_text(p_input, 'name');
 BEGIN
     IF compute.project_create(p_tenant_id, v_name, p_resource_id::uuid) <> p_resource_id::uuid THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('project %s already exists', v_name),
+        PERFORM compute.raise_error('ALREADY_EXISTS', pg_catalog.format('project %s already exists', v_name),
             'Choose another name, or use the existing project (projects.list).');
     END IF;
     RETURN (SELECT compute.project_json(p) FROM compute.projects AS p WHERE p.project_id = p_resource_id::uuid);

@@ -20,7 +20,7 @@ def test_relay_table_matches_the_database_contract(db: psycopg.Connection) -> No
 
 @pytest.mark.parametrize("code, status", [
     ("INVALID_ARGUMENT", 400), ("ACCESS_DENIED", 403), ("NOT_FOUND", 404), ("CAPACITY_CONFLICT", 409),
-    ("GENERATION_CONFLICT", 409), ("IDEMPOTENCY_MISMATCH", 422), ("QUOTA_EXCEEDED", 429), ("FENCED", 409),
+    ("GENERATION_CONFLICT", 409), ("ALREADY_EXISTS", 409), ("IDEMPOTENCY_MISMATCH", 422), ("QUOTA_EXCEEDED", 429), ("FENCED", 409),
     ("UNSUPPORTED", 501),
 ])
 def test_each_contract_code_maps_to_code_hint_and_status(db: psycopg.Connection, code: str, status: int) -> None:

@@ -224,6 +224,13 @@ def test_a_reservation_goes_through_prepare_one_decision_and_admit(relay: Relay,
     assert released["state"] == "released"
 
 
+def test_a_taken_name_is_409_already_exists(relay: Relay) -> None:
+    relay.data("sites.create", {"name": "taken"}, ALICE, TENANT)
+    again = relay.post("sites.create", {"name": "taken"}, ALICE, TENANT)
+    assert again.status_code == 409 and error_of(again)["code"] == "ALREADY_EXISTS"
+    assert error_of(again)["hint"] == "Choose another name, or use the existing site (sites.list)."
+
+
 def test_a_deny_is_403_access_denied_after_exactly_one_decision(db_dsn: str, db: psycopg.Connection) -> None:
     with IamServer(mode="deny", catalog=actions(db)) as iam, running_relay(db_dsn, better_iam(iam.url)) as relay:
         response = relay.post("sites.create", {"name": "denied"}, ALICE, TENANT)

@@ -23,6 +23,7 @@ SQLSTATE_TO_CODE: dict[str, tuple[str, int]] = {
     "23P01": ("CAPACITY_CONFLICT", 409),  # exclusion_violation: two bookings of one slice and instant
     "40P01": ("CAPACITY_CONFLICT", 409),  # deadlock_detected on the booking path
     "BC412": ("GENERATION_CONFLICT", 409),
+    "BC419": ("ALREADY_EXISTS", 409),
     "BC422": ("IDEMPOTENCY_MISMATCH", 422),
     "BC429": ("QUOTA_EXCEEDED", 429),
     "BC410": ("FENCED", 409),

@@ -17,7 +17,7 @@ ERROR_STATUSES = {
     "400": "INVALID_ARGUMENT: the input does not fit the method's schema, or a header is missing.",
     "403": "ACCESS_DENIED: IAM denied the request.",
     "404": "NOT_FOUND: no such resource in the tenant, or no such method.",
-    "409": "CAPACITY_CONFLICT, GENERATION_CONFLICT or FENCED.",
+    "409": "CAPACITY_CONFLICT, GENERATION_CONFLICT, ALREADY_EXISTS or FENCED.",
     "413": "INVALID_ARGUMENT: the body is larger than 64 KiB.",
     "422": "IDEMPOTENCY_MISMATCH: the idempotency key was used for another request.",
     "429": "QUOTA_EXCEEDED.",
