@@ -168,10 +168,26 @@ def test_the_tenant_comes_from_the_header_else_from_the_credential_else_400(rela
     assert relay.data("sites.create", {"name": "from-the-file"}, ALICE)["site_id"]  # the static file's tenant
     sites = relay.data("sites.list", {}, ALICE, TENANT)
     assert [site["name"] for site in sites] == ["from-the-file"]
-    anonymous = relay.post("sites.list", {})
-    assert anonymous.status_code == 400 and error_of(anonymous)["message"] == "no tenant"
+    unknown = relay.post("sites.list", {}, "a-token-the-file-does-not-know")
+    assert unknown.status_code == 400 and error_of(unknown)["message"] == "no tenant"
     not_a_uuid = relay.post("sites.list", {}, ALICE, "tenant-a")
     assert not_a_uuid.status_code == 400 and "uuid" in error_of(not_a_uuid)["message"]
+
+
+def test_a_call_without_a_credential_is_401_before_anything_is_read_or_asked(relay: Relay) -> None:
+    """No `Authorization: Bearer`: UNAUTHENTICATED with its challenge, before the input is checked,
+    the database is asked or IAM decides (there is nobody to decide about)."""
+    anonymous = relay.post("sites.create", {"name": 7}, tenant=TENANT)  # bad input too: the credential comes first
+    assert anonymous.status_code == 401 and error_of(anonymous)["code"] == "UNAUTHENTICATED"
+    assert anonymous.headers["www-authenticate"] == 'Bearer realm="better-compute"'
+    assert "Authorization: Bearer" in error_of(anonymous)["hint"]
+    basic = relay.post("sites.list", {}, tenant=TENANT, extra={"Authorization": "Basic YWxpY2U6eA=="})
+    assert basic.status_code == 401
+    with httpx.Client(base_url=relay.url) as client:
+        stream = client.get("/api/compute/watch", headers=headers(None, TENANT))
+    assert stream.status_code == 401 and error_of(stream)["code"] == "UNAUTHENTICATED"
+    assert metric(relay, "bc_relay_iam_decisions_total", outcome="allow") == 0
+    assert metric(relay, "bc_relay_iam_decisions_total", outcome="deny") == 0
 
 
 def test_the_credential_never_reaches_the_log(relay: Relay) -> None:

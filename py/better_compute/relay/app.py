@@ -32,7 +32,7 @@ from better_compute.relay import openapi
 from better_compute.relay.admission import Admission
 from better_compute.relay.catalog import PATH_PREFIX, Catalog, InputSchema, Method
 from better_compute.relay.envelope import data_response, error, error_response, invalid_argument, unavailable
-from better_compute.relay.inbound import bearer, read_object, tenant
+from better_compute.relay.inbound import bearer, caller_credential, read_object, tenant
 from better_compute.relay.metrics import UNKNOWN, MetricsMiddleware, RelayMetrics
 from better_compute.relay.sse import EventStream, EventStreamResponse, Notifier, StreamSettings
 
@@ -138,16 +138,16 @@ class Relay:
         method = self.catalog.get(name)
         if method is None:
             raise error("NOT_FOUND", f"no method {name}", "GET /api/compute/openapi.json lists the methods.")
+        credential = caller_credential(request)
         document = await read_object(request)
         method.input.check(document, method.name)
-        credential = bearer(request)
         return data_response(await self.admission.run(method, tenant(request, self.iam, credential), document,
                                                       credential))
 
     async def watch(self, request: Request) -> EventStreamResponse:
         """GET /api/compute/watch: the tenant's events from Last-Event-ID on, after one IAM decision."""
         method = self.catalog.methods[EVENTS_METHOD]
-        credential = bearer(request)
+        credential = caller_credential(request)
         tenant_id = tenant(request, self.iam, credential)
         self.open_stream()
         wakeup = self.notifier.subscribe()

@@ -1,8 +1,9 @@
 """The two answers of every endpoint: `{"data": …}` and `{"error": {"code", "message", "hint"}}`.
 
 Statuses come from the error contract (DESIGN §13, errors.SQLSTATE_TO_CODE); the relay adds only
-what the contract leaves to HTTP: 413 for a body over the bound (still INVALID_ARGUMENT), 405, and
-UNAVAILABLE (503) when the database is unreachable or the relay is at its stream bound.
+what the contract leaves to HTTP: 413 for a body over the bound (still INVALID_ARGUMENT), 405,
+UNAUTHENTICATED (401, with WWW-Authenticate) for a call without a credential, and UNAVAILABLE
+(503) when the database is unreachable or the relay is at its stream bound.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ log = logging.getLogger(__name__)
 
 CODE_STATUS: dict[str, int] = {code: status for code, status in SQLSTATE_TO_CODE.values()} | {INTERNAL[0]: INTERNAL[1]}
 UNAVAILABLE = ("UNAVAILABLE", 503)
+UNAUTHENTICATED = ("UNAUTHENTICATED", 401)
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="better-compute"'}  # what a 401 must name (RFC 9110)
 
 
 def error(code: str, message: str, hint: str | None = None, status: int | None = None) -> ContractError:
@@ -32,6 +35,10 @@ def invalid_argument(message: str, hint: str | None = None, status: int = 400) -
 
 def unavailable(message: str, hint: str | None = None) -> ContractError:
     return error(UNAVAILABLE[0], message, hint, UNAVAILABLE[1])
+
+
+def unauthenticated(message: str, hint: str) -> ContractError:
+    return error(UNAUTHENTICATED[0], message, hint, UNAUTHENTICATED[1])
 
 
 def from_envelope(document: Mapping[str, Any]) -> ContractError:
@@ -49,4 +56,5 @@ def data_response(data: Any) -> JSONResponse:
 
 
 def error_response(failure: ContractError) -> JSONResponse:
-    return JSONResponse(failure.envelope(), status_code=failure.http_status)
+    headers = CHALLENGE if failure.http_status == UNAUTHENTICATED[1] else None
+    return JSONResponse(failure.envelope(), status_code=failure.http_status, headers=headers)

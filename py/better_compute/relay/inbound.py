@@ -13,7 +13,7 @@ from starlette.requests import Request
 
 from better_compute.errors import ContractError
 from better_compute.ports.iam import IamPort
-from better_compute.relay.envelope import invalid_argument
+from better_compute.relay.envelope import invalid_argument, unauthenticated
 
 HTTP_BODY_BYTES = 65536  # compute.limits 'http_body_bytes' (P12); tests/test_relay_http.py keeps them equal
 TENANT_HEADER = "x-tenant-id"
@@ -82,6 +82,16 @@ def bearer(request: Request) -> str | None:
     if scheme.lower() != "bearer":
         return None
     return credential.strip() or None
+
+
+def caller_credential(request: Request) -> str:
+    """The caller's bearer credential; without one the call is UNAUTHENTICATED (401) before anything
+    else is read or asked: there is nobody to ask IAM about, and nothing to audit."""
+    credential = bearer(request)
+    if credential is None:
+        raise unauthenticated("no credential",
+                              "Send Authorization: Bearer <your token> (the CLI: --token or BETTER_COMPUTE_TOKEN).")
+    return credential
 
 
 def tenant(request: Request, iam: IamPort, credential: str | None) -> uuid.UUID:

@@ -15,6 +15,7 @@ from better_compute.relay.catalog import Catalog, Link, Method
 
 ERROR_STATUSES = {
     "400": "INVALID_ARGUMENT: the input does not fit the method's schema, or a header is missing.",
+    "401": "UNAUTHENTICATED: no credential (send Authorization: Bearer …).",
     "403": "ACCESS_DENIED: IAM denied the request.",
     "404": "NOT_FOUND: no such resource in the tenant, or no such method.",
     "409": "CAPACITY_CONFLICT, GENERATION_CONFLICT, ALREADY_EXISTS or FENCED.",
