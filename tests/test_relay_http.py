@@ -142,6 +142,15 @@ def test_the_body_bound_is_the_databases_http_body_bytes(db: psycopg.Connection)
     assert row is not None and row[0] == HTTP_BODY_BYTES
 
 
+def test_a_wrong_verb_is_405_naming_the_verbs_it_takes(relay: Relay) -> None:
+    with httpx.Client(base_url=relay.url) as client:
+        got = client.get("/api/compute/sites/list", headers=headers(ALICE, TENANT))
+        traced = client.request("TRACE", "/health")
+    assert got.status_code == 405 and error_of(got)["code"] == "INVALID_ARGUMENT"
+    assert got.headers["allow"] == "POST"
+    assert traced.status_code == 405 and "GET" in traced.headers["allow"]
+
+
 def test_an_unknown_method_is_not_found(relay: Relay) -> None:
     response = relay.post("sites.explode", {}, ALICE, TENANT)
     assert response.status_code == 404

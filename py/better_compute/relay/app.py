@@ -246,7 +246,9 @@ async def http_error(_request: Request, failure: Exception) -> Response:
     if failure.status_code == 404:
         return error_response(error("NOT_FOUND", "no such endpoint",
                                     "GET /api/compute/openapi.json lists the methods."))
-    return error_response(invalid_argument(f"HTTP {failure.status_code}: {failure.detail}", status=failure.status_code))
+    response = error_response(invalid_argument(f"HTTP {failure.status_code}: {failure.detail}", status=failure.status_code))
+    response.headers.update(failure.headers or {})  # 405 names the methods it takes (Allow, RFC 9110)
+    return response
 
 
 async def internal_error(_request: Request, _failure: Exception) -> Response:
