@@ -211,6 +211,7 @@ def test_every_error_code_of_the_contract_comes_out_of_http(relay: Relay, iam: I
     assert reservation["state"] == "active"
     alice.data("projects.create", {"name": "once", "idempotency_key": "key-1"})
     expect("IDEMPOTENCY_MISMATCH", 422, "projects.create", {"name": "twice", "idempotency_key": "key-1"})
+    expect("ALREADY_EXISTS", 409, "projects.create", {"name": "once"})
     alice.data("quotas.set", {"pool_id": pool, "max_atoms": 2})
     expect("QUOTA_EXCEEDED", 429, "reservations.create", {"pool_id": pool, "shape": "gpu", "count": 1, "end": at(1)})
     expect("UNSUPPORTED", 501, "offerings.create", {"pool_id": pool, "shape": "gpu", "max_count": 1,
