@@ -99,6 +99,13 @@ BEGIN
     IF p_count IS NULL OR p_count < 1 OR p_duration IS NULL OR p_duration <= interval '0' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'capacity_earliest needs a positive count and duration', 'Pass count >= 1 and a positive interval.');
     END IF;
+    -- A search that would start past its horizon has nothing to search (and no range to build).
+    IF v_from > v_horizon THEN
+        RETURN QUERY SELECT NULL::timestamptz, NULL::timestamptz,
+            pg_catalog.format('not_before %s is past the search horizon %s (limit capacity_search_horizon_seconds); ask again nearer the time',
+                              v_from, v_horizon);
+        RETURN;
+    END IF;
     -- Too few atoms of the shape at all (valid for a whole p_duration within the search, on nodes without flags).
     SELECT count(*) INTO v_total FROM compute.atoms AS a
      WHERE a.pool_id = p_pool_id AND a.shape = p_shape AND a.valid && tstzrange(v_from, v_horizon + p_duration)
