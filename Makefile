@@ -6,12 +6,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo test lint pgtap pytest bench bench-capacity bench-worker bench-api bench-nodes clean
+.PHONY: help setup demo test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes clean
 
 help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"
+	@echo "make fuzz   - schemathesis with fresh seeds against the HTTP API (FUZZ_RUNS=5, FUZZ_EXAMPLES=100)"
 	@echo "make bench  - benchmarks (not a test, ~9 min; one: make bench-capacity|worker|api|nodes):"
 	@echo "             1,000-node fleet, reservations/s, capacity queries (~3 min);"
 	@echo "             outbox events/s to webhooks, work items/s with 1 and 4 workers;"
@@ -44,6 +45,15 @@ pgtap: setup
 
 pytest: setup
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# Fuzz the HTTP API with fresh seeds (not part of make test, which replays one fixed seed): FUZZ_RUNS
+# runs of FUZZ_EXAMPLES examples per method; a failure prints its seed (BC_FUZZ_SEED=<seed> replays it).
+FUZZ_RUNS ?= 5
+FUZZ_EXAMPLES ?= 100
+fuzz: setup
+	for run in $$(seq $(FUZZ_RUNS)); do \
+	  BC_FUZZ_SEED=random BC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_relay_http.py -k schemathesis || exit 1; \
+	done
 
 bench: bench-capacity bench-worker bench-api bench-nodes
 
