@@ -126,6 +126,9 @@ def test_messages_round_trip_and_bad_frames_are_refused() -> None:
         '{"v": 1, "type": "renew"}': "INVALID_ARGUMENT",
         '[1, 2]': "INVALID_ARGUMENT",
         'not json': "INVALID_ARGUMENT",
+        '{"v": 1, "type": "heartbeat", "load": NaN}': "INVALID_ARGUMENT",  # Python reads it; nothing else does
+        '{"v": 1, "type": "heartbeat", "load": 1e400}': "INVALID_ARGUMENT",  # beyond a double: inf
+        '{"v": 1, "type": "renew", "csr": "a\\u0000b"}': "INVALID_ARGUMENT",  # PostgreSQL text cannot hold it
         json.dumps({"v": 1, "type": "heartbeat", "pad": "x" * 2000}): "INVALID_ARGUMENT",  # heartbeats are small
     }
     for frame, code in refusals.items():

@@ -178,6 +178,21 @@ def test_input_is_checked_against_the_schema_before_iam_is_asked(relay: Relay) -
     assert metric(relay, "bc_relay_iam_decisions_total", outcome="deny") == 0
 
 
+def test_a_number_beyond_a_double_is_invalid_argument_not_an_internal_error(relay: Relay) -> None:
+    """1e400 is valid JSON that no double holds (Python reads it as inf, which is not JSON again):
+    refused as input, like NaN and Infinity, before the database or IAM is asked."""
+    with relay.client() as client:
+        answers = [client.post("/api/compute/nodes/command", content=body, headers=headers(ALICE, TENANT)
+                               | {"content-type": "application/json"})
+                   for body in ('{"node_id": "%s", "kind": "reboot", "args": {"x": 1e400}}' % uuid.uuid4(),
+                                '{"node_id": "%s", "kind": "reboot", "args": {"x": -1E+999}}' % uuid.uuid4(),
+                                '{"limit": NaN}')]
+    assert [answer.status_code for answer in answers] == [400, 400, 400], [answer.text for answer in answers]
+    assert [error_of(answer)["code"] for answer in answers] == ["INVALID_ARGUMENT"] * 3
+    assert "1e400" in error_of(answers[0])["message"]
+    assert metric(relay, "bc_relay_iam_decisions_total", outcome="allow") == 0
+
+
 def test_the_tenant_comes_from_the_header_else_from_the_credential_else_400(relay: Relay) -> None:
     assert relay.data("sites.create", {"name": "from-the-file"}, ALICE)["site_id"]  # the static file's tenant
     sites = relay.data("sites.list", {}, ALICE, TENANT)

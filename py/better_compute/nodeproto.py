@@ -26,6 +26,8 @@ from typing import Any, ClassVar, Union
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from better_compute import strictjson
+
 VERSION = 1
 NODE_MESSAGE_BYTES = 1 << 20  # = compute.limits node_message_bytes (tests/test_gateway.py keeps them equal)
 SMALL_BYTES = 1024  # hello, heartbeat
@@ -202,11 +204,14 @@ def decode(frame: str | bytes) -> Message:
         raise ProtocolError(INVALID_ARGUMENT, f"a message has {size} bytes, more than {NODE_MESSAGE_BYTES}",
                             "Limit node_message_bytes.")
     try:
-        document = json.loads(frame)
-    except ValueError as error:
-        raise ProtocolError(INVALID_ARGUMENT, f"a message is not JSON: {error}") from None
+        document = strictjson.loads(frame)
+    except (ValueError, RecursionError) as error:
+        raise ProtocolError(INVALID_ARGUMENT, f"a message is not JSON: {error}"[:300]) from None
     if not isinstance(document, dict):
         raise ProtocolError(INVALID_ARGUMENT, "a message is a JSON object")
+    if strictjson.holds_nul(document):
+        raise ProtocolError(INVALID_ARGUMENT, "a string of the message holds \\u0000",
+                            "PostgreSQL text cannot hold NUL characters; leave them out.")
     version = document.get("v")
     if type(version) is not int or version != VERSION:
         raise ProtocolError(UNSUPPORTED, f"protocol version {version!r:.20} is not supported",

@@ -5,12 +5,12 @@ The credential is opaque here: it goes to the IAM port as it came and is never l
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
 from starlette.requests import Request
 
+from better_compute import strictjson
 from better_compute.errors import ContractError
 from better_compute.ports.iam import IamPort
 from better_compute.relay.envelope import invalid_argument, unauthenticated
@@ -41,39 +41,19 @@ async def read_body(request: Request) -> bytes:
     return bytes(body)
 
 
-def refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 async def read_object(request: Request) -> dict[str, Any]:
-    """The body as a JSON object (strict JSON: no NaN or Infinity)."""
+    """The body as a JSON object (strict JSON: no NaN or Infinity, no number beyond a double)."""
     body = await read_body(request)
     try:
-        document = json.loads(body, parse_constant=refuse_constant)
+        document = strictjson.loads(body)
     except (ValueError, RecursionError) as failure:
         raise invalid_argument(f"the body is not JSON: {failure}"[:300], "Send a JSON object, {} for no fields.") \
             from failure
     if not isinstance(document, dict):
         raise invalid_argument("the body must be a JSON object", "Send {} when a method takes no fields.")
-    if holds_nul(document):
+    if strictjson.holds_nul(document):
         raise invalid_argument("a string holds \\u0000", "PostgreSQL text cannot hold NUL characters.")
     return document
-
-
-def holds_nul(document: Any) -> bool:
-    """Whether a key or string anywhere holds NUL (walked without recursion: nesting is the client's)."""
-    pending = [document]
-    while pending:
-        value = pending.pop()
-        if isinstance(value, str):
-            if "\x00" in value:
-                return True
-        elif isinstance(value, dict):
-            pending.extend(value.keys())
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
-    return False
 
 
 def bearer(request: Request) -> str | None:
