@@ -81,15 +81,88 @@ END
 $$;
 COMMENT ON FUNCTION compute.method_get(text) IS 'A catalog row, or NOT_FOUND.';
 
+CREATE FUNCTION compute.input_value_problem(p_rule jsonb, p_value jsonb)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+-- What is wrong with one value under one rule of the catalog's JSON Schema, or NULL when nothing
+-- is. It knows the keywords the catalog uses (type, enum, minLength, maxLength, pattern, minimum,
+-- maximum, maxItems, items, maxProperties); formats (uuid, date-time) are checked where a field is
+-- read (compute.request_field), whose words a wrong type is refused with here too. The catalog's
+-- patterns are written to mean the same in JSON Schema (ECMA-262) and in PostgreSQL's regexes.
+DECLARE
+    v_type  text := p_rule ->> 'type';
+    v_kind  text := pg_catalog.jsonb_typeof(p_value);
+    v_text  text;
+    v_item  jsonb;
+    v_index integer := 0;
+    v_count integer;
+    v_found text;
+BEGIN
+    -- Type (JSON Schema's integer is any number with a zero fraction: 371.0 is one).
+    IF (CASE WHEN v_type IS NULL THEN false
+             WHEN v_kind <> (CASE v_type WHEN 'integer' THEN 'number' ELSE v_type END) THEN true
+             WHEN v_type = 'integer' THEN (p_value #>> '{}')::numeric <> pg_catalog.trunc((p_value #>> '{}')::numeric)
+             ELSE false END) THEN
+        RETURN pg_catalog.format('is not a valid %s: %s', v_type, pg_catalog.left(p_value::text, 100));
+    END IF;
+    IF p_rule ? 'enum' AND NOT p_rule -> 'enum' @> pg_catalog.jsonb_build_array(p_value) THEN
+        RETURN pg_catalog.format('is not one of its enum %s', p_rule -> 'enum');
+    END IF;
+    CASE v_kind
+    WHEN 'string' THEN
+        v_text := p_value #>> '{}';
+        IF pg_catalog.length(v_text) < (p_rule ->> 'minLength')::integer THEN
+            RETURN pg_catalog.format('is shorter than its minLength %s', p_rule ->> 'minLength');
+        ELSIF pg_catalog.length(v_text) > (p_rule ->> 'maxLength')::integer THEN
+            RETURN pg_catalog.format('is longer than its maxLength %s (%s characters)', p_rule ->> 'maxLength', pg_catalog.length(v_text));
+        ELSIF v_text !~ (p_rule ->> 'pattern') THEN
+            RETURN pg_catalog.format('does not match its pattern %s: %s', p_rule ->> 'pattern', pg_catalog.left(v_text, 100));
+        END IF;
+    WHEN 'number' THEN
+        IF (p_value #>> '{}')::numeric < (p_rule ->> 'minimum')::numeric THEN
+            RETURN pg_catalog.format('is below its minimum %s', p_rule ->> 'minimum');
+        ELSIF (p_value #>> '{}')::numeric > (p_rule ->> 'maximum')::numeric THEN
+            RETURN pg_catalog.format('is above its maximum %s', p_rule ->> 'maximum');
+        END IF;
+    WHEN 'array' THEN
+        IF pg_catalog.jsonb_array_length(p_value) > (p_rule ->> 'maxItems')::integer THEN
+            RETURN pg_catalog.format('has %s items, more than its maxItems %s', pg_catalog.jsonb_array_length(p_value), p_rule ->> 'maxItems');
+        END IF;
+        IF p_rule ? 'items' THEN
+            FOR v_item IN SELECT e FROM pg_catalog.jsonb_array_elements(p_value) AS e LOOP
+                v_found := compute.input_value_problem(p_rule -> 'items', v_item);
+                IF v_found IS NOT NULL THEN
+                    RETURN pg_catalog.format('[%s] %s', v_index, v_found);
+                END IF;
+                v_index := v_index + 1;
+            END LOOP;
+        END IF;
+    WHEN 'object' THEN
+        v_count := (SELECT count(*) FROM pg_catalog.jsonb_object_keys(p_value));
+        IF v_count > (p_rule ->> 'maxProperties')::integer THEN
+            RETURN pg_catalog.format('has %s fields, more than its maxProperties %s', v_count, p_rule ->> 'maxProperties');
+        END IF;
+    ELSE
+        NULL;
+    END CASE;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.input_value_problem(jsonb, jsonb) IS 'What is wrong with a value under one rule of a method''s input_schema, or NULL.';
+
 CREATE FUNCTION compute.input_check(p_schema jsonb, p_input jsonb)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
--- The database's own check of an input against the catalog (the relay checks the full JSON Schema
--- first; ops.call comes here directly): an object, no unknown fields, every required one present.
--- Field types are checked where each field is read (compute.request_field).
+-- The database's own check of an input against the catalog's input_schema: the relay checks the
+-- same document first with a full JSON Schema validator, ops.call comes here directly, and the
+-- rule lives in one place (the catalog row). An object, no unknown field, every required one, and
+-- each field within its rule (compute.input_value_problem). A null field counts as absent.
 DECLARE
-    v_field text;
+    v_field   text;
+    v_value   jsonb;
+    v_problem text;
 BEGIN
     IF p_input IS NULL OR pg_catalog.jsonb_typeof(p_input) <> 'object' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'the input must be a JSON object', 'Send {} when a method takes no fields.');
@@ -106,9 +179,16 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is required', v_field),
             pg_catalog.format('Pass %s.', v_field));
     END IF;
+    FOR v_field, v_value IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(p_input) AS e WHERE e.value <> 'null' ORDER BY e.key LOOP
+        v_problem := compute.input_value_problem(p_schema #> ARRAY['properties', v_field], v_value);
+        IF v_problem IS NOT NULL THEN
+            PERFORM compute.raise_error('INVALID_ARGUMENT', v_field || ' ' || v_problem,
+                'The method''s input_schema says what each field takes: SELECT input_schema FROM api.catalog() (or the OpenAPI document).');
+        END IF;
+    END LOOP;
 END
 $$;
-COMMENT ON FUNCTION compute.input_check(jsonb, jsonb) IS 'INVALID_ARGUMENT unless the input is an object with no unknown field and every required one.';
+COMMENT ON FUNCTION compute.input_check(jsonb, jsonb) IS 'INVALID_ARGUMENT unless the input conforms to a method''s input_schema (null fields count as absent).';
 
 CREATE FUNCTION compute.input_uuid(p_input jsonb, p_field text, p_required boolean DEFAULT true)
 RETURNS uuid

@@ -19,7 +19,7 @@ DECLARE
     v_prepared  jsonb;
     v_answer    jsonb;
 BEGIN
-    IF p_reason IS NULL OR length(btrim(p_reason)) NOT BETWEEN 1 AND 1000 THEN
+    IF p_reason IS NULL OR length(btrim(p_reason)) = 0 OR length(p_reason) > 1000 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'break-glass needs a reason', 'Say why you bypass IAM (1-1000 characters): it is audited.');
     END IF;
     v_tenant_id := compute.input_uuid(p_input, 'tenant_id');
