@@ -85,6 +85,10 @@ BEGIN
     IF p_max_atoms < 0 OR p_gpu_hours_per_month < 0 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a quota cannot be negative', 'Use 0 to forbid, NULL for no limit.');
     END IF;
+    IF p_gpu_hours_per_month > 1e12 THEN  -- the API document's maximum; answers stay numbers every client can read
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('gpu_hours_per_month %s is more than 1e12', pg_catalog.left(p_gpu_hours_per_month::text, 40)),
+            'Use at most 1e12 GPU-hours, or NULL for no limit.');
+    END IF;
     INSERT INTO compute.quotas AS q (quota_id, tenant_id, project_id, pool_id, max_atoms, gpu_hours_per_month, updated_at)
     VALUES (pg_catalog.gen_random_uuid(), p_tenant_id, p_project_id, p_pool_id, p_max_atoms, p_gpu_hours_per_month,
             compute.compute_now())

@@ -59,6 +59,16 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'command args hold a number with a fraction',
             'Send integers, or decimals as strings (e.g. "0.5").');
     END IF;
+    -- ... and integers every JSON reader holds exactly (I-JSON, RFC 7493: within 2^53 - 1; Python
+    -- refuses integers of over 4,300 digits), nested at most 32 deep: a command no reader can load
+    -- would break every answer that lists it.
+    IF pg_catalog.jsonb_path_exists(p_args, 'strict $.** ? (@.type() == "number" && (@ > 9007199254740991 || @ < -9007199254740991))') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'command args hold an integer beyond 2^53 - 1',
+            'Send larger numbers as strings (e.g. "18446744073709551615").');
+    END IF;
+    IF pg_catalog.jsonb_path_exists(p_args, 'strict $.**{33 to last}') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'command args nest deeper than 32 levels', 'Flatten the arguments.');
+    END IF;
     IF p_idempotency_key IS NULL OR length(p_idempotency_key) NOT BETWEEN 1 AND 200 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a command needs an idempotency key of 1 to 200 characters', 'Use a uuid.');
     END IF;
