@@ -222,10 +222,19 @@ COMMENT ON FUNCTION compute.api_quotas_set(uuid, text, jsonb) IS 'quotas.set';
 
 CREATE FUNCTION compute.api_quotas_get(p_tenant_id uuid, p_input jsonb)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT compute.quota_json(p_tenant_id, p.pool_id, compute.input_uuid(p_input, 'project_id', false))
-      FROM compute.tenant_pools(p_tenant_id) AS p WHERE p.pool_id = compute.input_uuid(p_input, 'pool_id');
+DECLARE
+    v_project_id uuid := compute.input_uuid(p_input, 'project_id', false);
+BEGIN
+    IF v_project_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM compute.projects AS p WHERE p.project_id = v_project_id AND p.tenant_id = p_tenant_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no project %s in this tenant', v_project_id),
+            'projects.list shows the tenant''s projects; omit project_id for the tenant''s own quota.');
+    END IF;
+    RETURN (SELECT compute.quota_json(p_tenant_id, p.pool_id, v_project_id)
+              FROM compute.tenant_pools(p_tenant_id) AS p WHERE p.pool_id = compute.input_uuid(p_input, 'pool_id'));
+END
 $$;
 COMMENT ON FUNCTION compute.api_quotas_get(uuid, jsonb) IS 'quotas.get';
 

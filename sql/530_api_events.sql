@@ -129,6 +129,10 @@ DECLARE
     v_replayed    integer := 0;
     v_dead        uuid;
 BEGIN
+    IF NOT (SELECT w.active FROM compute.webhooks AS w WHERE w.webhook_id = p_resource_id::uuid) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('webhook %s was deleted', p_resource_id),
+            'Deleted webhooks send nothing more; create a new one (webhooks.create) and replay from the event stream.');
+    END IF;
     FOR v_dead IN
         SELECT d.delivery_id FROM compute.webhook_deliveries AS d
          WHERE d.webhook_id = p_resource_id::uuid AND d.state = 'dead' AND d.delivery_id = coalesce(v_delivery_id, d.delivery_id)
