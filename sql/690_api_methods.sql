@@ -152,7 +152,7 @@ INSERT INTO api.methods (method, action, resource_type, kind, summary, input_sch
      'compute.api_audit_proof(uuid, jsonb)', 'event_id', NULL, NULL, NULL, NULL, NULL),
     ('webhooks.create', 'compute:webhooks:create', 'compute-webhook', 'mutation',
      'Subscribe a URL to the tenant''s events (signed with the secret).',
-     '{"type":"object","properties":{"url":{"type":"string","minLength":1,"maxLength":2000,"pattern":"^https?://[^\\s]+$"},"secret":{"type":"string","minLength":16,"maxLength":200},"event_types":{"type":"array","maxItems":50,"items":{"type":"string","minLength":1,"maxLength":100}},"idempotency_key":{"type":"string","minLength":1,"maxLength":200}},"required":["url","secret"],"additionalProperties":false}',
+     '{"type":"object","properties":{"url":{"type":"string","minLength":1,"maxLength":2000,"pattern":"^https?://(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(\\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\\.?)(:[0-9]{1,5})?([/?#][^\\s]*)?$"},"secret":{"type":"string","minLength":16,"maxLength":200},"event_types":{"type":"array","maxItems":50,"items":{"type":"string","minLength":1,"maxLength":100}},"idempotency_key":{"type":"string","minLength":1,"maxLength":200}},"required":["url","secret"],"additionalProperties":false}',
      'compute.api_webhooks_create(uuid, text, jsonb)', NULL, NULL, NULL, NULL, NULL, 'webhook.created'),
     ('webhooks.list', 'compute:webhooks:list', 'compute-webhook', 'read',
      'The tenant''s webhooks (never their secrets).',
