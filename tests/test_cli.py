@@ -416,10 +416,16 @@ def sse(cursor: str, event_type: str) -> str:
     return f"id: {cursor}\ndata: {json.dumps(event)}\n\n"
 
 
+def ctrl_c_as_at_a_terminal() -> None:
+    """SIGINT as a shell's foreground job has it: pytest run as a background job of a script
+    inherits SIGINT ignored, and so would the CLI, which the Ctrl-C below would then not stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def watch_lines(env: dict[str, str], count: int, *args: str) -> tuple[list[str], subprocess.CompletedProcess[str]]:
     """Run `events watch`, read `count` lines, Ctrl-C it; the lines and how it ended."""
     process = subprocess.Popen([*CLI, "events", "watch", *args], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
     assert process.stdout is not None
     lines = []
     try:
