@@ -55,9 +55,11 @@ BEGIN
     END IF;
     -- Signed documents carry integers only (a fraction's spelling does not survive every hop, and
     -- a re-spelled body no longer verifies): a command that could never be signed is refused now.
-    IF pg_catalog.jsonb_path_exists(p_args, 'strict $.** ? (@.type() == "number" && @.floor() != @)') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'command args hold a number with a fraction',
-            'Send integers, or decimals as strings (e.g. "0.5").');
+    -- That includes 1.0: jsonb keeps its decimal point, and the signer reads it as a float.
+    IF EXISTS (SELECT 1 FROM pg_catalog.jsonb_path_query(p_args, 'strict $.** ? (@.type() == "number")') AS n
+                WHERE n::text LIKE '%.%') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'command args hold a number with a decimal point',
+            'Send integers (1, not 1.0), or decimals as strings (e.g. "0.5").');
     END IF;
     -- ... and integers every JSON reader holds exactly (I-JSON, RFC 7493: within 2^53 - 1; Python
     -- refuses integers of over 4,300 digits), nested at most 32 deep: a command no reader can load
