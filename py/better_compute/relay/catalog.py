@@ -75,11 +75,13 @@ class Method:
 
 @dataclass(frozen=True)
 class Link:
-    """`target` takes the id that `method` answers, under `key` (in its input and in the answer's data)."""
+    """`target` takes, under `key`, the id that `method` answers at `pointer` (a JSON pointer into the
+    answer: /data/<key> for a create, /data/0/<key> for a list's first item)."""
 
     method: str
     target: str
     key: str
+    pointer: str
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class Catalog:
         rows = await db.rows("api.catalog")
         links = await db.rows("api.catalog_links")
         return cls({row["method"]: Method.of(row) for row in rows},
-                   tuple(Link(row["method"], row["target"], row["key"]) for row in links))
+                   tuple(Link(row["method"], row["target"], row["key"], row["pointer"]) for row in links))
 
     def links_from(self, method: Method) -> list[Link]:
         return [link for link in self.links if link.method == method.name]

@@ -3,7 +3,8 @@
 One POST path per method: its input schema is the request body, `{data}` answers 200, the error
 envelope answers everything else, `X-Better-Compute: 1` is a required header and the credential a
 bearer token. IAM details ride along as `x-` extensions for tooling. A creating method's 200 links
-its answer's id to the methods that take it, so tools can chain calls.
+its answer's id (a listing method's, its first item's) to the methods that take it, so tools can
+chain calls.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def operation(method: Method, links: list[Link]) -> dict[str, Any]:
                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Data"}}}}
     if links:  # the id this method answers, into the methods that take it (api.catalog_links)
         done["links"] = {link.target: {"operationId": link.target,
-                                       "requestBody": {link.key: f"$response.body#/data/{link.key}"}}
+                                       "requestBody": {link.key: f"$response.body#{link.pointer}"}}
                          for link in links}
     return {
         "operationId": method.name,
