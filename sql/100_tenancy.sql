@@ -76,3 +76,17 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION compute.project_create(uuid, text, uuid) IS 'Create a project in a tenant, or return the existing one of that name.';
+
+CREATE FUNCTION compute.project_check(p_tenant_id uuid, p_project_id uuid)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_project_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM compute.projects AS p WHERE p.project_id = p_project_id AND p.tenant_id = p_tenant_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no project %s in this tenant', p_project_id),
+            'Create the project in that tenant first (projects.create); projects.list shows its projects.');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.project_check(uuid, uuid) IS 'NOT_FOUND unless the project is the tenant''s (NULL: no project, nothing to check).';

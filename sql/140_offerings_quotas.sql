@@ -77,11 +77,7 @@ DECLARE
 BEGIN
     PERFORM compute.tenant_ensure(p_tenant_id);
     PERFORM compute.pool_get(p_pool_id);
-    IF p_project_id IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM compute.projects AS p WHERE p.project_id = p_project_id AND p.tenant_id = p_tenant_id) THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no project %s in tenant %s', p_project_id, p_tenant_id),
-            'Create the project in that tenant first.');
-    END IF;
+    PERFORM compute.project_check(p_tenant_id, p_project_id);
     IF p_max_atoms < 0 OR p_gpu_hours_per_month < 0 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a quota cannot be negative', 'Use 0 to forbid, NULL for no limit.');
     END IF;

@@ -190,10 +190,7 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('hold_seconds %s is out of range', v_hold),
             pg_catalog.format('Use 1 to %s seconds, or omit it for no lease.', compute.limit('hold_seconds_max')));
     END IF;
-    IF v_project_id IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM compute.projects AS p WHERE p.project_id = v_project_id AND p.tenant_id = v_tenant_id) THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no project %s in this tenant', v_project_id), 'Create the project first.');
-    END IF;
+    PERFORM compute.project_check(v_tenant_id, v_project_id);
     PERFORM compute.tenant_ensure(v_tenant_id);
     v_during := tstzrange(v_start, v_end);
 

@@ -227,11 +227,7 @@ AS $$
 DECLARE
     v_project_id uuid := compute.input_uuid(p_input, 'project_id', false);
 BEGIN
-    IF v_project_id IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM compute.projects AS p WHERE p.project_id = v_project_id AND p.tenant_id = p_tenant_id) THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no project %s in this tenant', v_project_id),
-            'projects.list shows the tenant''s projects; omit project_id for the tenant''s own quota.');
-    END IF;
+    PERFORM compute.project_check(p_tenant_id, v_project_id);
     RETURN (SELECT compute.quota_json(p_tenant_id, p.pool_id, v_project_id)
               FROM compute.tenant_pools(p_tenant_id) AS p WHERE p.pool_id = compute.input_uuid(p_input, 'pool_id'));
 END
