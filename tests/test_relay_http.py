@@ -496,17 +496,7 @@ def test_every_link_of_the_document_follows_a_key_its_method_answers(relay: Rela
         return document["paths"]["/api/compute/" + method.replace(".", "/", 1)]["post"]
 
     document = httpx.get(relay.url + "/api/compute/openapi.json").json()
-    site, pool = site_and_pool_offering_gpus(relay, db, "linked", gpus=1)
-    end = (db.execute("SELECT compute.compute_now()").fetchone()[0] + timedelta(hours=1)).isoformat()
-    answers = {
-        "sites.create": site,
-        "pools.create": pool,
-        "joinTokens.create": relay.data("joinTokens.create", {"pool_id": pool["pool_id"]}, ALICE, TENANT),
-        "webhooks.create": relay.data("webhooks.create", {"url": "https://hooks.example.com/bc", "secret": "s" * 32},
-                                      ALICE, TENANT),
-        "reservations.create": relay.data("reservations.create", {"pool_id": pool["pool_id"], "shape": "gpu", "count": 1,
-                                                                  "end": end}, ALICE, TENANT),
-    }
+    answers = one_of_each(relay, db, "linked", gpus=1)
     lists = ["sites.list", "pools.list", "nodes.list", "joinTokens.list", "webhooks.list", "reservations.list",
              "capacity.rollup"]
     answers |= {method: relay.data(method, {}, ALICE, TENANT) for method in lists}
@@ -522,6 +512,22 @@ def test_every_link_of_the_document_follows_a_key_its_method_answers(relay: Rela
             assert key in post_of(target)["requestBody"]["content"]["application/json"]["schema"]["properties"]
 
 
+def one_of_each(relay: Relay, db: psycopg.Connection, site_name: str, gpus: int) -> dict[str, Any]:
+    """Through the API: a site and a pool with a node of `gpus` GPUs (site_and_pool_offering_gpus),
+    a join token, a webhook and a reservation of one GPU for an hour; each creating method's answer."""
+    site, pool = site_and_pool_offering_gpus(relay, db, site_name, gpus=gpus)
+    end = (db.execute("SELECT compute.compute_now()").fetchone()[0] + timedelta(hours=1)).isoformat()
+    return {
+        "sites.create": site,
+        "pools.create": pool,
+        "joinTokens.create": relay.data("joinTokens.create", {"pool_id": pool["pool_id"]}, ALICE, TENANT),
+        "webhooks.create": relay.data("webhooks.create", {"url": "https://hooks.example.com/bc", "secret": "s" * 32},
+                                      ALICE, TENANT),
+        "reservations.create": relay.data("reservations.create", {"pool_id": pool["pool_id"], "shape": "gpu", "count": 1,
+                                                                  "end": end}, ALICE, TENANT),
+    }
+
+
 def document_methods(document: dict[str, Any]) -> list[str]:
     return [path["post"]["operationId"] for path in document["paths"].values()]
 
@@ -531,12 +537,9 @@ def test_schemathesis_finds_no_server_error_and_answers_match_the_document(relay
     """Fuzz every method through the generated document, and chain calls along its links: no 5xx
     but 501 UNSUPPORTED (tests/schemathesis.toml), every status and body as documented, and no
     refusal turns into a traceback in the log. The tenant already has a pool with a node, a
-    reservation and a webhook, so the links from lists reach the methods on them (no method
-    creates a node: nodes join through the gateway)."""
-    _, pool = site_and_pool_offering_gpus(relay, db, "fuzzed", gpus=2)
-    end = (db.execute("SELECT compute.compute_now()").fetchone()[0] + timedelta(hours=1)).isoformat()
-    relay.data("reservations.create", {"pool_id": pool["pool_id"], "shape": "gpu", "count": 1, "end": end}, ALICE, TENANT)
-    relay.data("webhooks.create", {"url": "https://hooks.example.com/bc", "secret": "s" * 32}, ALICE, TENANT)
+    reservation, a join token and a webhook, so the links from lists reach the methods on them (no
+    method creates a node: nodes join through the gateway)."""
+    one_of_each(relay, db, "fuzzed", gpus=2)
     checks = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
     run = subprocess.run(
         [sys.executable, "-m", "schemathesis.cli", "--config-file", str(SCHEMATHESIS_CONFIG), "run",
