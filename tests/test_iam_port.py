@@ -17,7 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
+import typer
 
+from better_compute.cli.serve import IamKind, make_iam
 from better_compute.ports.iam import (
     ANSWER_BYTES_MAX,
     POLICY_FILE_BYTES_MAX,
@@ -490,6 +492,11 @@ def test_better_iam_refuses_a_url_it_could_never_call(url: str) -> None:
 def test_better_iam_needs_the_tenant_whose_catalog_it_reads() -> None:
     with pytest.raises(IamConfigError, match="the Better IAM tenant of the service credential"):
         BetterIam("http://127.0.0.1:9/api/iam", SERVICE_TOKEN, "")
+
+
+def test_serve_api_with_better_iam_needs_the_catalog_tenant() -> None:
+    with pytest.raises(typer.BadParameter, match="--iam-tenant"):
+        make_iam(IamKind.better_iam, None, "http://127.0.0.1:9/api/iam", SERVICE_TOKEN, None, 2.0)
 
 
 def test_better_iam_knows_no_tenant_of_a_credential() -> None:
