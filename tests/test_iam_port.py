@@ -1,7 +1,8 @@
 """The IAM port: the static adapter decides from its file (explicit deny wins, globs, tenants,
-strict loading), the Better IAM adapter against a real local server denies on every failure
-(timeout, error envelope, unknown or oversized answer, no server), and both fail initialize()
-on an action missing from the catalog (P11)."""
+strict loading), the Better IAM adapter against a local server that serves Better IAM's HTTP
+surface (tests/iam_server.py) calls only that surface and denies on every failure (timeout, error
+envelope, unknown or oversized answer, no server), and both fail initialize() on an action missing
+from the catalog (P11). The stand-in itself refuses what Better IAM refuses."""
 
 from __future__ import annotations
 
