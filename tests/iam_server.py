@@ -1,53 +1,70 @@
 """A Better IAM stand-in for tests, and the writer of static IAM files.
 
-`IamServer` is a real HTTP server on 127.0.0.1 (a ThreadingHTTPServer in a thread) that speaks
-Better IAM's envelope: `POST /authorize` answers `{data: {allowed, reason, matched, principal}}`
-or `{error: {code, message}}`, `GET /actions` answers the catalog `{data: {actions}}` (our assumed
-catalog endpoint, see better_compute.ports.iam). It is strict about what it receives (the
-`X-Better-IAM: 1` header, a JSON body of the authorize shape), so a port that sends something else
-is denied, and it counts and keeps every request, so a test can check "exactly one decision".
+`IamServer` is a real HTTP server on 127.0.0.1 (a ThreadingHTTPServer in a thread) that serves the part
+of Better IAM's HTTP surface the relay uses, as Better IAM serves it, and nothing more. What Better
+IAM serves was read from its server (repository Better-IAM/better-iam):
 
-    with IamServer(mode="allow") as iam:
-        ... iam.url, iam.calls, iam.requests(), iam.reset(), iam.configure(mode="deny")
+- `packages/server/src/http.ts`, `createHttp().handler`: everything lives under the base path
+  (`/api/iam` by default; any other path is 404 NOT_FOUND). GET serves only `{base}/health`,
+  `{base}/metrics` (with a configured metrics token) and `{base}/.well-known/jwks.json` (with session
+  JWTs); any other GET is 404 NOT_FOUND. OPTIONS is a 204 preflight, every other method but POST is
+  405 METHOD_NOT_ALLOWED. A POST without `Content-Type: application/json` and `X-Better-IAM: 1` is
+  403 CSRF_REJECTED, a body over 64 KiB 413 PAYLOAD_TOO_LARGE, a body that is not a JSON object 400
+  INVALID_INPUT, a route it does not know 404 NOT_FOUND. Answers are `{data}` or
+  `{error: {code, message}}` with the error's status.
+- `dispatch('authorize')` (same file) reads `tenantId`, `action`, `resource.type` and `resource.id`,
+  and nothing else of the body (each a non-blank string of at most 256 characters without control
+  characters, `packages/server/src/validation.ts`, else 400 INVALID_INPUT); the credential is
+  `Authorization: Bearer` (none, or one it does not know: 401 UNAUTHENTICATED).
+  `packages/server/src/operations.ts` `recordedDecision` answers `{allowed, reason, matched: []}`: the
+  reason is `allowed` on an allow and `ACCESS_DENIED` on every deny (an action outside the catalog,
+  a credential of another tenant, no grant); no principal.
+- `actions/list` (`packages/server/src/api/catalog.ts`, `createActionsApi().list`): `{tenantId}`, an
+  operation that needs `iam:actions:read` in that tenant (401 UNAUTHENTICATED, 403 ACCESS_DENIED),
+  answered with the whole catalog at once (no paging): `[{name, source: "platform" | "tenant",
+  resourceType?}]`, the platform's actions (declared in the deployment's `permissions`, known in
+  every tenant) and the tenant's own.
 
-The same server runs as a process (`python tests/iam_server.py --port 0 [--mode deny] [--config
-behaviour.json]` prints its port on stdout's first line) for tests that want it outside their own
-process; `running_iam_server(...)` starts one and answers a `RemoteIam` with the same reading and
-configuring methods, which go over the `/_test/...` endpoints.
+It keeps every request it receives (refused ones too) and counts the two routes, so a test can
+check "exactly one decision" and that nothing else was asked; the controls are methods of the
+object, never routes:
 
-Only the standard library is used, so the file runs as a script from any interpreter.
+    with IamServer(mode="allow", catalog=actions) as iam:
+        ... iam.url (the base, path included), iam.calls, iam.catalog_calls, iam.requests(),
+            iam.reset(), iam.configure(mode="deny")
+
+Only the standard library is used.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import fnmatch
 import hashlib
 import json
-import subprocess
 import sys
-import tempfile
 import threading
-import urllib.request
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 MODES = ("allow", "deny", "policy", "error", "garbage")
-REQUEST_BYTES_MAX = 1048576
-TEST_PRINCIPAL = "user:iam-test-server"
-START_SECONDS_MAX = 10.0
+BASE_PATH = "/api/iam"  # Better IAM's default basePath
+AUTHORIZE = f"{BASE_PATH}/authorize"
+ACTIONS_LIST = f"{BASE_PATH}/actions/list"
+HEALTH = f"{BASE_PATH}/health"
+BODY_BYTES_MAX = 65536  # http.ts: limitedBody(request, 65536)
+TEXT_CHARS_MAX = 256  # validation.ts: text(value, name, max = 256)
 
 
 @dataclass(frozen=True)
 class TokenPolicy:
     """What one bearer token may do in mode "policy": its tenant (None: any) and action globs."""
 
-    principal: str
     tenant: str | None = None
     actions: tuple[str, ...] = ("*",)
 
@@ -56,24 +73,28 @@ class TokenPolicy:
 class Behaviour:
     """How the server answers.
 
-    mode: "allow" everything, "deny" everything, "policy" (per token, `policies`), "error" (the
-    error envelope `error_code` with `error_status`), "garbage" (`garbage` with `garbage_status`,
-    for both endpoints). In every deciding mode an action matching a `deny_actions` glob is denied,
-    and, when `catalog` is set, an action outside it is denied as Better IAM does ("unknown
-    action"). `GET /actions` answers `catalog` (NOT_CONFIGURED when it is None) and demands
-    `service_token` when that is set. `delay` seconds pass before any answer, and with `trickle`
-    the body goes one byte every `trickle` seconds (timeout tests: each read is quick, the whole
-    answer is not).
+    mode: "allow" everything, "deny" everything, "policy" (per token, `policies`: any other token is
+    unknown, 401), "error" (the error envelope `error_code` with `error_status`), "garbage"
+    (`garbage` with `garbage_status`); "error" and "garbage" answer both routes so. In "allow" and
+    "deny" every bearer token is known. In every deciding mode an action matching a `deny_actions`
+    glob is denied, and, when `catalog` is set, an action outside it is denied as Better IAM does.
+    `actions/list` answers `catalog` as platform actions (none when None) and `tenant_actions` as
+    the tenant's own; it needs `service_token` when that is set (another known token lacks
+    `iam:actions:read`: 403) and the tenant `service_tenant` when that is set. `delay` seconds pass
+    before either route answers, and with `trickle` the body goes one byte every `trickle` seconds
+    (timeout tests: each read is quick, the whole answer is not).
     """
 
     mode: str = "allow"
     deny_actions: tuple[str, ...] = ()
     policies: Mapping[str, TokenPolicy] = field(default_factory=dict)
     catalog: tuple[str, ...] | None = None
+    tenant_actions: tuple[str, ...] = ()
     service_token: str | None = None
+    service_tenant: str | None = None
     delay: float = 0.0
     trickle: float = 0.0
-    error_code: str = "INTERNAL"
+    error_code: str = "INTERNAL_ERROR"
     error_status: int = 500
     garbage: str = "<html>not the envelope</html>"
     garbage_status: int = 200
@@ -81,27 +102,15 @@ class Behaviour:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        for name in ("deny_actions", "catalog", "tenant_actions"):  # lists given by a test become tuples
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
 
-    def changed(self, **changes: Any) -> Behaviour:
-        return Behaviour.from_json({**self.as_json(), **changes})
-
-    def as_json(self) -> dict[str, Any]:
-        document = dataclasses.asdict(self)
-        document["policies"] = {token: dataclasses.asdict(policy) for token, policy in self.policies.items()}
-        return document
-
-    @classmethod
-    def from_json(cls, document: Mapping[str, Any]) -> Behaviour:
-        """From JSON (a config file, `/_test/configure`) or keyword arguments: lists become tuples,
-        policies may be TokenPolicy values or their dicts."""
-        values = dict(document)
-        for name in ("deny_actions", "catalog"):
-            if values.get(name) is not None:
-                values[name] = tuple(values[name])
-        values["policies"] = {token: policy if isinstance(policy, TokenPolicy) else
-                              TokenPolicy(policy["principal"], policy.get("tenant"), tuple(policy.get("actions", ("*",))))
-                              for token, policy in values.get("policies", {}).items()}
-        return cls(**values)
+    def knows(self, token: str | None) -> bool:
+        """Whether Better IAM would authenticate this bearer token."""
+        if not token:
+            return False
+        return self.mode != "policy" or token in self.policies or token == self.service_token
 
 
 @dataclass(frozen=True)
@@ -114,9 +123,6 @@ class ReceivedRequest:
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
 
-    def as_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass(frozen=True)
 class Reply:
@@ -125,66 +131,106 @@ class Reply:
     trickle: float = 0.0  # seconds between the body's bytes
 
     @classmethod
-    def envelope(cls, status: int, document: Mapping[str, Any]) -> Reply:
-        return cls(status, json.dumps(document).encode())
+    def data(cls, value: Any) -> Reply:
+        return cls(200, json.dumps({"data": value}).encode())
 
     @classmethod
     def error(cls, status: int, code: str, message: str) -> Reply:
-        return cls.envelope(status, {"error": {"code": code, "message": message}})
+        return cls(status, json.dumps({"error": {"code": code, "message": message}}).encode())
 
 
-def bearer(headers: Mapping[str, str]) -> str | None:
-    value = headers.get("authorization", "")
+class Refused(Exception):
+    """An error answer, raised where Better IAM throws its IamError."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.reply = Reply.error(status, code, message)
+
+
+def bearer(request: ReceivedRequest) -> str | None:
+    value = request.header("authorization") or ""
     return value[len("Bearer "):] if value.startswith("Bearer ") else None
 
 
-def authorize_problem(request: ReceivedRequest) -> str | None:
-    """What is wrong with an authorize request, if anything (Better IAM would refuse it)."""
-    if request.header("x-better-iam") != "1":
-        return "the X-Better-IAM: 1 header is missing"
-    if not (request.header("content-type") or "").startswith("application/json"):
-        return "the body must be application/json"
+def text(value: Any, name: str) -> str:
+    """validation.ts `text`: a non-blank string of at most 256 characters without control characters."""
+    if (not isinstance(value, str) or not value.strip() or len(value) > TEXT_CHARS_MAX
+            or any(ord(char) < 0x20 for char in value)):
+        raise Refused(400, "INVALID_INPUT", f"Invalid {name}")
+    return value
+
+
+def authorize_data(behaviour: Behaviour, request: ReceivedRequest) -> dict[str, Any]:
+    """http.ts dispatch('authorize') and operations.ts authorize: validate, authenticate, decide."""
     body = request.body
-    resource = body.get("resource") if isinstance(body, dict) else None
-    if not (isinstance(body, dict) and set(body) == {"tenantId", "action", "resource", "attributes"}
-            and isinstance(body["tenantId"], str) and isinstance(body["action"], str)
-            and isinstance(resource, dict) and set(resource) == {"type", "id"}
-            and all(isinstance(value, str) for value in resource.values())
-            and isinstance(body["attributes"], dict)):
-        return "the body must be {tenantId, action, resource: {type, id}, attributes}"
+    resource = body.get("resource")
+    if not isinstance(resource, dict):
+        raise Refused(400, "INVALID_INPUT", "Expected an object")
+    tenant, action = text(body.get("tenantId"), "tenantId"), text(body.get("action"), "action")
+    text(resource.get("type"), "resource type")
+    text(resource.get("id"), "resource id")
+    token = bearer(request)
+    if not behaviour.knows(token):
+        raise Refused(401, "UNAUTHENTICATED", "Authentication required")
+    allowed = decides_allow(behaviour, token, tenant, action)
+    return {"allowed": allowed, "reason": "allowed" if allowed else "ACCESS_DENIED", "matched": []}
+
+
+def decides_allow(behaviour: Behaviour, token: str | None, tenant: str, action: str) -> bool:
+    if behaviour.catalog is not None and action not in behaviour.catalog:
+        return False  # decisions.ts: UNKNOWN_ACTION, answered as ACCESS_DENIED
+    if any(fnmatch.fnmatchcase(action, glob) for glob in behaviour.deny_actions) or behaviour.mode == "deny":
+        return False
+    if behaviour.mode == "policy":
+        policy = behaviour.policies.get(token or "")
+        return (policy is not None and policy.tenant in (None, tenant)
+                and any(fnmatch.fnmatchcase(action, glob) for glob in policy.actions))
+    return True
+
+
+def actions_list_data(behaviour: Behaviour, request: ReceivedRequest) -> list[dict[str, Any]]:
+    """api/catalog.ts actions.list inside operations.ts `operation`: authenticate, authorize
+    `iam:actions:read` in the tenant, answer the platform's actions and the tenant's."""
+    token = bearer(request)
+    if not behaviour.knows(token):
+        raise Refused(401, "UNAUTHENTICATED", "Authentication required")
+    tenant = request.body.get("tenantId")
+    if ((behaviour.service_token is not None and token != behaviour.service_token)
+            or (behaviour.service_tenant is not None and tenant != behaviour.service_tenant)):
+        raise Refused(403, "ACCESS_DENIED", "Access denied")
+    return ([{"name": name, "source": "platform"} for name in behaviour.catalog or ()]
+            + [{"name": name, "source": "tenant", "resourceType": name.split(":")[0]}
+               for name in behaviour.tenant_actions])
+
+
+ROUTES = {AUTHORIZE: authorize_data, ACTIONS_LIST: actions_list_data}
+
+
+def surface_refusal(request: ReceivedRequest) -> Reply | None:
+    """What http.ts answers before any route runs, in its order; None for a POST it dispatches."""
+    if not request.path.startswith(f"{BASE_PATH}/"):
+        return Reply.error(404, "NOT_FOUND", "Not found")
+    if request.method == "OPTIONS":
+        return Reply(204, b"")
+    if request.method == "GET":
+        if request.path == HEALTH:
+            return Reply(200, json.dumps({"status": "ok", "database": "ok", "latencyMs": 0,
+                                          "time": int(time.time() * 1000)}).encode())
+        return Reply.error(404, "NOT_FOUND", "Endpoint not found")
+    if request.method != "POST":
+        return Reply.error(405, "METHOD_NOT_ALLOWED", "Use POST")
+    if (not (request.header("content-type") or "").lower().startswith("application/json")
+            or request.header("x-better-iam") != "1"):
+        return Reply.error(403, "CSRF_REJECTED", "JSON and X-Better-IAM header required")
+    if not isinstance(request.body, dict):
+        return Reply.error(400, "INVALID_INPUT", "Invalid JSON")
+    if request.path not in ROUTES:
+        return Reply.error(404, "NOT_FOUND", "Endpoint not found")
     return None
 
 
-def decide(behaviour: Behaviour, token: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The `data` of an authorize answer in a deciding mode."""
-    action, tenant = body["action"], body["tenantId"]
-    policy = behaviour.policies.get(token) if token else None
-    principal = policy.principal if policy else None if behaviour.mode == "policy" else TEST_PRINCIPAL
-
-    def deny(reason: str) -> dict[str, Any]:
-        return {"allowed": False, "reason": reason, "matched": [], "principal": principal}
-
-    if behaviour.catalog is not None and action not in behaviour.catalog:
-        return deny("unknown action")
-    if any(fnmatch.fnmatchcase(action, glob) for glob in behaviour.deny_actions):
-        return deny(f"action {action} is denied by the test server")
-    if behaviour.mode == "deny":
-        return deny("the test server denies everything")
-    if behaviour.mode == "policy":
-        if policy is None:
-            return deny("unknown credential")
-        if policy.tenant is not None and policy.tenant != tenant:
-            return deny(f"credential is not of tenant {tenant}")
-        if not any(fnmatch.fnmatchcase(action, glob) for glob in policy.actions):
-            return deny("no statement allows")
-        matched = [{"effect": "allow", "actions": list(policy.actions)}]
-        return {"allowed": True, "reason": "allowed by policy", "matched": matched, "principal": principal}
-    return {"allowed": True, "reason": "the test server allows everything", "matched": [{"effect": "allow", "actions": ["*"]}],
-            "principal": principal}
-
-
 class IamState:
-    """The behaviour, counters and received requests, shared by the handler threads."""
+    """The behaviour and the received requests, shared by the handler threads."""
 
     def __init__(self, behaviour: Behaviour):
         self.lock = threading.Lock()
@@ -205,60 +251,32 @@ class IamState:
         with self.lock:
             self.received.clear()
 
-    def configure(self, **changes: Any) -> Behaviour:
+    def configure(self, **changes: Any) -> None:
         with self.lock:
-            self.behaviour = self.behaviour.changed(**changes)
-            return self.behaviour
+            self.behaviour = dataclasses.replace(self.behaviour, **changes)
 
-    def counts(self) -> dict[str, int]:
-        requests = self.snapshot()
-        return {"authorize": sum(1 for r in requests if r.path == "/authorize"),
-                "actions": sum(1 for r in requests if r.path == "/actions")}
+    def count(self, path: str) -> int:
+        return sum(1 for request in self.snapshot() if (request.method, request.path) == ("POST", path))
 
     def answer(self, request: ReceivedRequest) -> Reply:
-        """Control endpoints answer at once; IAM endpoints are recorded, delayed, then answered."""
-        if request.path.startswith("/_test/"):
-            return self.control(request)
+        """Recorded; refused as Better IAM's surface refuses; else delayed, then answered."""
         behaviour = self.record(request)
+        refusal = surface_refusal(request)
+        if refusal is not None:
+            return refusal
         self.stopping.wait(behaviour.delay)
-        return dataclasses.replace(self.iam_reply(request, behaviour), trickle=behaviour.trickle)
-
-    def iam_reply(self, request: ReceivedRequest, behaviour: Behaviour) -> Reply:
-        if behaviour.mode == "error":
-            return Reply.error(behaviour.error_status, behaviour.error_code, "the test server answers an error")
-        if behaviour.mode == "garbage":
-            return Reply(behaviour.garbage_status, behaviour.garbage.encode())
-        if (request.method, request.path) == ("POST", "/authorize"):
-            problem = authorize_problem(request)
-            if problem:
-                return Reply.error(400, "INVALID_ARGUMENT", problem)
-            return Reply.envelope(200, {"data": decide(behaviour, bearer(request.headers), request.body)})
-        if (request.method, request.path) == ("GET", "/actions"):
-            return catalog_reply(behaviour, request)
-        return Reply.error(404, "NOT_FOUND", f"{request.method} {request.path}")
-
-    def control(self, request: ReceivedRequest) -> Reply:
-        if (request.method, request.path) == ("GET", "/_test/calls"):
-            return Reply.envelope(200, {"data": {**self.counts(), "requests": [r.as_json() for r in self.snapshot()]}})
-        if (request.method, request.path) == ("POST", "/_test/reset"):
-            self.reset()
-            return Reply.envelope(200, {"data": {}})
-        if (request.method, request.path) == ("POST", "/_test/configure") and isinstance(request.body, dict):
-            try:
-                return Reply.envelope(200, {"data": self.configure(**request.body).as_json()})
-            except (TypeError, ValueError, KeyError) as error:
-                return Reply.error(400, "INVALID_ARGUMENT", str(error))
-        return Reply.error(404, "NOT_FOUND", f"{request.method} {request.path}")
+        return dataclasses.replace(route_reply(behaviour, request), trickle=behaviour.trickle)
 
 
-def catalog_reply(behaviour: Behaviour, request: ReceivedRequest) -> Reply:
-    if request.header("x-better-iam") != "1":
-        return Reply.error(400, "INVALID_ARGUMENT", "the X-Better-IAM: 1 header is missing")
-    if behaviour.service_token is not None and bearer(request.headers) != behaviour.service_token:
-        return Reply.error(401, "UNAUTHENTICATED", "GET /actions needs the service credential")
-    if behaviour.catalog is None:
-        return Reply.error(501, "NOT_CONFIGURED", "this test server was started without a catalog")
-    return Reply.envelope(200, {"data": {"actions": list(behaviour.catalog)}})
+def route_reply(behaviour: Behaviour, request: ReceivedRequest) -> Reply:
+    if behaviour.mode == "error":
+        return Reply.error(behaviour.error_status, behaviour.error_code, "the test server answers an error")
+    if behaviour.mode == "garbage":
+        return Reply(behaviour.garbage_status, behaviour.garbage.encode())
+    try:
+        return Reply.data(ROUTES[request.path](behaviour, request))
+    except Refused as refused:
+        return refused.reply
 
 
 class QuietServer(ThreadingHTTPServer):
@@ -277,23 +295,30 @@ def make_server(state: IamState, host: str, port: int) -> QuietServer:
         def do_GET(self) -> None:
             self.serve()
 
-        def do_POST(self) -> None:
-            self.serve()
+        do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = do_GET
 
         def serve(self) -> None:
-            length = min(int(self.headers.get("Content-Length") or 0), REQUEST_BYTES_MAX)
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > BODY_BYTES_MAX:
+                self.close_connection = True  # the body stays unread
+                self.send(Reply.error(413, "PAYLOAD_TOO_LARGE", "Request body too large"))
+                return
             raw = self.rfile.read(length)
             try:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = None
             headers = {name.lower(): value for name, value in self.headers.items()}
-            reply = state.answer(ReceivedRequest(self.command, self.path, headers, body))
+            self.send(state.answer(ReceivedRequest(self.command, urlsplit(self.path).path, headers, body)))
+
+        def send(self, reply: Reply) -> None:
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(reply.body)))
+            self.send_header("Cache-Control", "no-store")
             self.end_headers()
-            self.send_body(reply)
+            if self.command != "HEAD":
+                self.send_body(reply)
 
         def send_body(self, reply: Reply) -> None:
             """All at once, or one byte every `trickle` seconds until done or the server stops."""
@@ -316,23 +341,29 @@ class IamServer:
     """The server in a thread of this process; a context manager (see the module docstring)."""
 
     def __init__(self, mode: str = "allow", **behaviour: Any):
-        self.state = IamState(Behaviour.from_json({"mode": mode, **behaviour}))
+        self.state = IamState(Behaviour(mode=mode, **behaviour))
         self.server: QuietServer | None = None
 
     @property
-    def url(self) -> str:
+    def origin(self) -> str:
         assert self.server is not None, "the server is not running"
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}"
 
     @property
+    def url(self) -> str:
+        """Better IAM's base URL, what `--iam-url` takes: the origin and the base path."""
+        return self.origin + BASE_PATH
+
+    @property
     def calls(self) -> int:
-        """POST /authorize requests received since the start or the last reset()."""
-        return self.state.counts()["authorize"]
+        """POST {base}/authorize requests received since the start or the last reset()."""
+        return self.state.count(AUTHORIZE)
 
     @property
     def catalog_calls(self) -> int:
-        return self.state.counts()["actions"]
+        """POST {base}/actions/list requests received since the start or the last reset()."""
+        return self.state.count(ACTIONS_LIST)
 
     def requests(self) -> list[ReceivedRequest]:
         return self.state.snapshot()
@@ -353,77 +384,6 @@ class IamServer:
         self.state.stopping.set()  # delayed answers give up waiting
         self.server.shutdown()
         self.server.server_close()
-
-
-class RemoteIam:
-    """The reading and configuring half of IamServer, for a server running as a process."""
-
-    def __init__(self, url: str):
-        self.url = url
-
-    def control(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=START_SECONDS_MAX) as response:
-            return json.loads(response.read())["data"]
-
-    @property
-    def calls(self) -> int:
-        return self.control("GET", "/_test/calls")["authorize"]
-
-    @property
-    def catalog_calls(self) -> int:
-        return self.control("GET", "/_test/calls")["actions"]
-
-    def requests(self) -> list[ReceivedRequest]:
-        return [ReceivedRequest(**request) for request in self.control("GET", "/_test/calls")["requests"]]
-
-    def reset(self) -> None:
-        self.control("POST", "/_test/reset", {})
-
-    def configure(self, **changes: Any) -> None:
-        self.control("POST", "/_test/configure", changes_as_json(changes))
-
-
-def changes_as_json(changes: Mapping[str, Any]) -> dict[str, Any]:
-    """Only the changed fields, in their JSON form (so the server keeps what was not named)."""
-    document = Behaviour().changed(**changes).as_json()
-    return {name: document[name] for name in changes}
-
-
-@contextmanager
-def running_iam_server(mode: str = "allow", **behaviour: Any) -> Iterator[RemoteIam]:
-    """`python tests/iam_server.py` as a child process, stopped on exit."""
-    config = Behaviour.from_json({"mode": mode, **behaviour}).as_json()
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
-        json.dump(config, file)
-    command = [sys.executable, str(Path(__file__).resolve()), "--port", "0", "--config", file.name]
-    try:
-        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
-            try:
-                yield RemoteIam(f"http://127.0.0.1:{announced_port(process)}")
-            finally:
-                stop(process)
-    finally:
-        Path(file.name).unlink(missing_ok=True)
-
-
-def announced_port(process: subprocess.Popen[str]) -> int:
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    if not line.isdigit():
-        raise RuntimeError(f"iam_server.py did not print its port (exit status {process.poll()})")
-    return int(line)
-
-
-def stop(process: subprocess.Popen[str]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=START_SECONDS_MAX)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 # --- static IAM files ---------------------------------------------------------------------------------
@@ -465,36 +425,3 @@ def write_static_iam(path: Path | str, principals: Iterable[StaticPrincipal | tu
     path = Path(path)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
-
-
-# --- as a process -------------------------------------------------------------------------------------
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="A Better IAM stand-in for tests.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--config", type=Path, help="a JSON file of Behaviour fields")
-    parser.add_argument("--mode", choices=MODES)
-    parser.add_argument("--delay", type=float)
-    parser.add_argument("--trickle", type=float)
-    parser.add_argument("--deny-action", action="append", dest="deny_actions", help="a glob; repeatable")
-    parser.add_argument("--action", action="append", dest="catalog", help="a catalog action; repeatable")
-    parser.add_argument("--service-token")
-    args = parser.parse_args(argv)
-    document = json.loads(args.config.read_text()) if args.config else {}
-    document |= {name: value for name, value in vars(args).items()
-                 if name not in ("host", "port", "config") and value is not None}
-    state = IamState(Behaviour.from_json(document))
-    server = make_server(state, args.host, args.port)
-    print(server.server_address[1], flush=True)
-    try:
-        server.serve_forever(poll_interval=0.05)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        state.stopping.set()
-        server.server_close()
-
-
-if __name__ == "__main__":
-    main()

@@ -37,9 +37,11 @@ def static_iam(path: Path | str) -> list[str]:
     return ["--iam", "static", "--iam-file", str(path)]
 
 
-def better_iam(url: str, credential: str = "relay-service-token", timeout: float = 2.0) -> list[str]:
+def better_iam(url: str, credential: str = "relay-service-token", timeout: float = 2.0,
+               tenant: str = "relay-service-tenant") -> list[str]:
     """Relay arguments for Better IAM at `url` (tests/iam_server.py's IamServer is one)."""
-    return ["--iam", "better-iam", "--iam-url", url, "--iam-credential", credential, "--iam-timeout", str(timeout)]
+    return ["--iam", "better-iam", "--iam-url", url, "--iam-credential", credential, "--iam-tenant", tenant,
+            "--iam-timeout", str(timeout)]
 
 
 def headers(token: str | None = None, tenant: str | None = None) -> dict[str, str]:

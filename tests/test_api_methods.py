@@ -38,7 +38,7 @@ def at(hours: float) -> str:
 def iam(db: psycopg.Connection) -> Iterator[IamServer]:
     """Better IAM that knows every catalog action; Alice may act in tenant A, Bob in tenant B."""
     actions = tuple(row[0] for row in db.execute("SELECT action FROM api.catalog()"))
-    policies = {TOKEN_A: TokenPolicy("user:alice", TENANT_A), TOKEN_B: TokenPolicy("user:bob", TENANT_B)}
+    policies = {TOKEN_A: TokenPolicy(TENANT_A), TOKEN_B: TokenPolicy(TENANT_B)}
     with IamServer(mode="policy", policies=policies, catalog=actions, service_token="relay-service-token") as server:
         yield server
 

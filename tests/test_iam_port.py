@@ -1,7 +1,8 @@
 """The IAM port: the static adapter decides from its file (explicit deny wins, globs, tenants,
-strict loading), the Better IAM adapter against a real local server denies on every failure
-(timeout, error envelope, unknown or oversized answer, no server), and both fail initialize()
-on an action missing from the catalog (P11)."""
+strict loading), the Better IAM adapter against a local server that serves Better IAM's HTTP
+surface (tests/iam_server.py) calls only that surface and denies on every failure (timeout, error
+envelope, unknown or oversized answer, no server), and both fail initialize() on an action missing
+from the catalog (P11). The stand-in itself refuses what Better IAM refuses."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
+import typer
 
+from better_compute.cli.serve import IamKind, make_iam
 from better_compute.ports.iam import (
     ANSWER_BYTES_MAX,
     POLICY_FILE_BYTES_MAX,
@@ -29,13 +32,14 @@ from better_compute.ports.iam import (
     IamUnavailableError,
     StaticIam,
 )
-from iam_server import IamServer, StaticPrincipal, TokenPolicy, running_iam_server, statement, write_static_iam
+from iam_server import BASE_PATH, IamServer, ReceivedRequest, StaticPrincipal, TokenPolicy, statement, write_static_iam
 
 TENANT = "00000000-0000-4000-8000-000000000001"
 OTHER_TENANT = "00000000-0000-4000-8000-000000000002"
 RESERVATION = "7f1c1a52-2a55-4a7e-9d3f-0d6c7b1e9a10"
 POOL = "5b0f6c1e-8d2b-4e5f-a1c3-9e8d7f6a5b4c"
 SERVICE_TOKEN = "service-credential"
+SERVICE_TENANT = "tenant-of-the-relay-service-account"
 ALICE = "alice-token"
 
 
@@ -46,7 +50,7 @@ def anyio_backend() -> str:
 
 def request(action: str = "compute:reservations:create", resource_type: str = "compute-reservation",
             resource_id: str = RESERVATION, tenant: str = TENANT) -> AuthorizeRequest:
-    return AuthorizeRequest(tenant, action, resource_type, resource_id, {"count": 2, "shape": "1xH200"})
+    return AuthorizeRequest(tenant, action, resource_type, resource_id)
 
 
 def static_iam(tmp_path: Path, statements: Sequence[dict[str, Any]], actions: Sequence[str] | None = None,
@@ -70,7 +74,7 @@ def alice_document(**changes: Any) -> dict[str, Any]:
 
 @asynccontextmanager
 async def better_iam(url: str, timeout: float = 2.0) -> AsyncIterator[BetterIam]:
-    port = BetterIam(url, SERVICE_TOKEN, timeout=timeout)
+    port = BetterIam(url, SERVICE_TOKEN, SERVICE_TENANT, timeout=timeout)
     try:
         yield port
     finally:
@@ -273,34 +277,43 @@ def test_decision_and_request_in_json_are_what_sql_exchanges() -> None:
                                   "principal": "user:alice"}
     prepared = {"tenantId": TENANT, "action": "compute:pools:get", "resource": {"type": "compute-pool", "id": POOL},
                 "attributes": {"site_id": "s"}}
-    assert AuthorizeRequest.from_json(prepared).as_json() == prepared
+    assert AuthorizeRequest.from_json(prepared) == AuthorizeRequest(TENANT, "compute:pools:get", "compute-pool", POOL)
     assert AuthorizeRequest.from_json(prepared).resource == f"compute-pool/{POOL}"
 
 
 # --- Better IAM --------------------------------------------------------------------------------------
 
+def received_json(received: ReceivedRequest) -> tuple[str, str, str | None, str | None, str | None, Any]:
+    """What a request carried: method, path, the three headers Better IAM reads, and the body."""
+    return (received.method, received.path, received.header("X-Better-IAM"), received.header("Content-Type"),
+            received.header("Authorization"), received.body)
+
+
 @pytest.mark.anyio
-async def test_better_iam_sends_the_envelope_with_the_callers_credential() -> None:
+async def test_better_iam_is_sent_only_what_its_authorize_route_reads() -> None:
+    """http.ts dispatch('authorize') reads tenantId, action, resource.type and resource.id: the
+    attributes api.prepare answers reach Better IAM's policies only through its resolver, never here."""
+    prepared = {"tenantId": TENANT, "action": "compute:reservations:create",
+                "resource": {"type": "compute-reservation", "id": RESERVATION},
+                "attributes": {"count": 2, "shape": "1xH200"}}
     with IamServer(mode="allow") as server:
         async with better_iam(server.url) as iam:
-            await iam.authorize(ALICE, request())
+            decision = await iam.authorize(ALICE, AuthorizeRequest.from_json(prepared))
         [received] = server.requests()
-    assert (received.method, received.path) == ("POST", "/authorize")
-    assert received.header("X-Better-IAM") == "1"
-    assert received.header("Authorization") == f"Bearer {ALICE}"
-    assert received.header("Content-Type") == "application/json"
-    assert received.body == {"tenantId": TENANT, "action": "compute:reservations:create",
-                             "resource": {"type": "compute-reservation", "id": RESERVATION},
-                             "attributes": {"count": 2, "shape": "1xH200"}}
+    assert received_json(received) == (
+        "POST", f"{BASE_PATH}/authorize", "1", "application/json", f"Bearer {ALICE}",
+        {"tenantId": TENANT, "action": "compute:reservations:create",
+         "resource": {"type": "compute-reservation", "id": RESERVATION}})
+    assert decision == Decision(True, "allowed", [], None)  # Better IAM names no principal
 
 
 @pytest.mark.anyio
 async def test_better_iam_allow_is_passed_through_once() -> None:
-    with IamServer(mode="policy", policies={ALICE: TokenPolicy("user:alice", TENANT, ("compute:*",))}) as server:
+    with IamServer(mode="policy", policies={ALICE: TokenPolicy(TENANT, ("compute:*",))}) as server:
         async with better_iam(server.url) as iam:
             decision = await iam.authorize(ALICE, request())
         assert server.calls == 1
-    assert decision == Decision(True, "allowed by policy", [{"effect": "allow", "actions": ["compute:*"]}], "user:alice")
+    assert decision == Decision(True, "allowed", [], None)
 
 
 @pytest.mark.anyio
@@ -308,13 +321,12 @@ async def test_better_iam_deny_is_a_deny() -> None:
     with IamServer(mode="deny") as server:
         async with better_iam(server.url) as iam:
             decision = await iam.authorize(ALICE, request())
-    assert (decision.allowed, decision.reason) == (False, "the test server denies everything")
+    assert decision == Decision(False, "ACCESS_DENIED", [], None)
 
 
 @pytest.mark.anyio
 async def test_better_iam_per_token_policy_and_denied_actions() -> None:
-    policies = {ALICE: TokenPolicy("user:alice", TENANT, ("compute:reservations:*",)),
-                "bob-token": TokenPolicy("user:bob", OTHER_TENANT)}
+    policies = {ALICE: TokenPolicy(TENANT, ("compute:reservations:*",)), "bob-token": TokenPolicy(OTHER_TENANT)}
     with IamServer(mode="policy", policies=policies, deny_actions=("compute:reservations:rel*",)) as server:
         async with better_iam(server.url) as iam:
             assert (await iam.authorize(ALICE, request())).allowed
@@ -323,7 +335,7 @@ async def test_better_iam_per_token_policy_and_denied_actions() -> None:
             assert not (await iam.authorize("bob-token", request())).allowed  # another tenant
             assert (await iam.authorize("bob-token", request(tenant=OTHER_TENANT))).allowed
             unknown = await iam.authorize("mallory-token", request())
-    assert (unknown.allowed, unknown.reason, unknown.principal) == (False, "unknown credential", None)
+    assert unknown == Decision(False, "iam error: UNAUTHENTICATED", [], None)  # Better IAM answers 401
 
 
 @pytest.mark.anyio
@@ -332,7 +344,7 @@ async def test_better_iam_denies_an_action_its_catalog_does_not_know() -> None:
         async with better_iam(server.url) as iam:
             assert (await iam.authorize(ALICE, request())).allowed
             decision = await iam.authorize(ALICE, request("compute:reservations:teleport"))
-    assert (decision.allowed, decision.reason) == (False, "unknown action")
+    assert decision == Decision(False, "ACCESS_DENIED", [], None)
 
 
 @pytest.mark.anyio
@@ -370,10 +382,10 @@ async def test_a_trickling_answer_times_out_as_a_whole() -> None:
 
 @pytest.mark.anyio
 async def test_error_envelope_is_a_deny() -> None:
-    with IamServer(mode="error", error_code="UNAVAILABLE", error_status=503) as server:
+    with IamServer(mode="error", error_code="RATE_LIMITED", error_status=429) as server:
         async with better_iam(server.url) as iam:
             decision = await iam.authorize(ALICE, request())
-    assert decision == Decision(False, "iam error: UNAVAILABLE", [], None)
+    assert decision == Decision(False, "iam error: RATE_LIMITED", [], None)
 
 
 @pytest.mark.anyio
@@ -383,7 +395,7 @@ async def test_unreachable_iam_is_a_deny() -> None:
     assert (decision.allowed, decision.reason) == (False, "iam unreachable: ConnectError")
 
 
-ALLOW = {"allowed": True, "reason": "ok", "matched": []}
+ALLOW = {"allowed": True, "reason": "allowed", "matched": []}
 
 
 @pytest.mark.parametrize(("answer", "status", "reason"), [
@@ -392,7 +404,6 @@ ALLOW = {"allowed": True, "reason": "ok", "matched": []}
     (json.dumps({"data": {**ALLOW, "allowed": 1}}), 200, "iam answered an unknown document (HTTP 200)"),
     (json.dumps({"data": {"allowed": True}}), 200, "iam answered an unknown document (HTTP 200)"),
     (json.dumps({"data": {**ALLOW, "matched": {}}}), 200, "iam answered an unknown document (HTTP 200)"),
-    (json.dumps({"data": {**ALLOW, "principal": 7}}), 200, "iam answered an unknown document (HTTP 200)"),
     (json.dumps({"allowed": True, "reason": "ok", "matched": []}), 200, "iam answered an unknown document (HTTP 200)"),
     (json.dumps([{"data": ALLOW}]), 200, "iam answered an unknown document (HTTP 200)"),
     (json.dumps({"data": ALLOW}), 500, "iam answered an unknown document (HTTP 500)"),
@@ -419,24 +430,32 @@ async def test_answer_over_the_bound_is_a_deny_even_when_it_allows() -> None:
 
 
 @pytest.mark.anyio
-async def test_initialize_fails_on_missing_action_better_iam() -> None:
+async def test_initialize_reads_the_platform_catalog_with_the_service_credential_in_its_tenant() -> None:
+    """api/catalog.ts actions.list: POST {base}/actions/list {tenantId}, iam:actions:read in that
+    tenant. A tenant-registered action is known in that tenant only, so it does not count."""
     catalog = ("compute:sites:create", "compute:sites:list")
-    with IamServer(mode="allow", catalog=catalog, service_token=SERVICE_TOKEN) as server:
+    with IamServer(mode="allow", catalog=catalog, tenant_actions=("compute:sites:rename",),
+                   service_token=SERVICE_TOKEN, service_tenant=SERVICE_TENANT) as server:
         async with better_iam(server.url) as iam:
             await iam.initialize(catalog)
             with pytest.raises(IamCatalogError) as caught:
                 await iam.initialize(["compute:sites:list", "compute:sites:rename", "compute:sites:delete"])
-        [received, _] = server.requests()
+        received = server.requests()
+        assert server.catalog_calls == 2
     assert caught.value.missing == ["compute:sites:delete", "compute:sites:rename"]
-    assert (received.method, received.path) == ("GET", "/actions")
-    assert received.header("Authorization") == f"Bearer {SERVICE_TOKEN}"
-    assert received.header("X-Better-IAM") == "1"
+    assert [received_json(request) for request in received] == 2 * [
+        ("POST", f"{BASE_PATH}/actions/list", "1", "application/json", f"Bearer {SERVICE_TOKEN}",
+         {"tenantId": SERVICE_TENANT})]
 
 
 @pytest.mark.parametrize(("behaviour", "message"), [
-    ({"mode": "allow", "catalog": ("compute:sites:list",), "service_token": "another-service"}, "iam error: UNAUTHENTICATED"),
-    ({"mode": "error", "error_code": "INTERNAL"}, "iam error: INTERNAL"),
-    ({"mode": "garbage", "garbage": json.dumps({"data": {"actions": "compute:sites:list"}})}, "unknown answer (HTTP 200)"),
+    ({"mode": "policy", "catalog": ("compute:sites:list",)}, "iam error: UNAUTHENTICATED"),
+    ({"mode": "allow", "catalog": ("compute:sites:list",), "service_token": "another-service"}, "iam error: ACCESS_DENIED"),
+    ({"mode": "allow", "catalog": ("compute:sites:list",), "service_tenant": OTHER_TENANT}, "iam error: ACCESS_DENIED"),
+    ({"mode": "error", "error_code": "INTERNAL_ERROR"}, "iam error: INTERNAL_ERROR"),
+    ({"mode": "garbage", "garbage": json.dumps({"data": {"actions": ["compute:sites:list"]}})}, "unknown answer (HTTP 200)"),
+    ({"mode": "garbage", "garbage": json.dumps({"data": ["compute:sites:list"]})}, "unknown answer (HTTP 200)"),
+    ({"mode": "garbage", "garbage": json.dumps({"data": [{"name": "compute:sites:list"}]})}, "unknown answer (HTTP 200)"),
     ({"mode": "garbage", "garbage": "not json"}, "unknown answer (HTTP 200)"),
     ({"mode": "allow", "catalog": ("compute:sites:list",), "delay": 2.0}, "timeout"),
 ])
@@ -459,7 +478,7 @@ async def test_initialize_fails_closed_when_iam_is_unreachable() -> None:
 async def test_a_request_that_cannot_be_sent_is_a_deny() -> None:
     with IamServer(mode="allow") as server:
         async with better_iam(server.url) as iam:
-            unsendable = AuthorizeRequest(TENANT, "compute:sites:get", "compute-site", POOL, {"when": object()})
+            unsendable = AuthorizeRequest(TENANT, "compute:sites:get", "compute-site", object())  # type: ignore[arg-type]
             decision = await iam.authorize(ALICE, unsendable)
         assert server.calls == 0
     assert decision == Decision(False, "iam request failed: TypeError", [], None)
@@ -468,33 +487,78 @@ async def test_a_request_that_cannot_be_sent_is_a_deny() -> None:
 @pytest.mark.parametrize("url", ["ftp://iam.example", "iam.example/authorize", ""])
 def test_better_iam_refuses_a_url_it_could_never_call(url: str) -> None:
     with pytest.raises(IamConfigError, match="is not an http"):
-        BetterIam(url, SERVICE_TOKEN)
+        BetterIam(url, SERVICE_TOKEN, SERVICE_TENANT)
+
+
+def test_better_iam_needs_the_tenant_whose_catalog_it_reads() -> None:
+    with pytest.raises(IamConfigError, match="the Better IAM tenant of the service credential"):
+        BetterIam("http://127.0.0.1:9/api/iam", SERVICE_TOKEN, "")
+
+
+def test_serve_api_with_better_iam_needs_the_catalog_tenant() -> None:
+    with pytest.raises(typer.BadParameter, match="--iam-tenant"):
+        make_iam(IamKind.better_iam, None, "http://127.0.0.1:9/api/iam", SERVICE_TOKEN, None, 2.0)
 
 
 def test_better_iam_knows_no_tenant_of_a_credential() -> None:
-    assert BetterIam("http://127.0.0.1:9", SERVICE_TOKEN).tenant_of(ALICE) is None
+    assert BetterIam("http://127.0.0.1:9", SERVICE_TOKEN, SERVICE_TENANT).tenant_of(ALICE) is None
 
 
-# --- the test server ---------------------------------------------------------------------------------
+# --- the test server: Better IAM's surface, nothing more ----------------------------------------------
 
-def test_test_server_refuses_a_request_without_the_header() -> None:
-    with IamServer(mode="allow") as server:
-        answer = httpx.post(f"{server.url}/authorize", json=request().as_json(), headers={"Authorization": "Bearer x"})
-        assert server.calls == 1
+def call(server: IamServer, method: str, path: str, body: Any = None,
+         headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """Status and JSON answer of one request to the stand-in (path from its origin)."""
+    sent = {"X-Better-IAM": "1", "Authorization": f"Bearer {ALICE}"} | (headers or {})
+    answer = httpx.request(method, server.origin + path, json=body, headers=sent)
+    return answer.status_code, answer.json() if answer.content else None
+
+
+@pytest.mark.parametrize(("method", "path", "body", "headers", "expected"), [
+    ("GET", f"{BASE_PATH}/actions", None, {}, (404, "NOT_FOUND")),  # what the adapter used to call
+    ("GET", f"{BASE_PATH}/authorize", None, {}, (404, "NOT_FOUND")),
+    ("POST", "/actions/list", {"tenantId": TENANT}, {}, (404, "NOT_FOUND")),  # outside the base path
+    ("POST", f"{BASE_PATH}/actions", {"tenantId": TENANT}, {}, (404, "NOT_FOUND")),
+    ("POST", f"{BASE_PATH}/actions/get", {"tenantId": TENANT}, {}, (404, "NOT_FOUND")),
+    ("PUT", f"{BASE_PATH}/authorize", {}, {}, (405, "METHOD_NOT_ALLOWED")),
+    ("DELETE", f"{BASE_PATH}/actions/list", None, {}, (405, "METHOD_NOT_ALLOWED")),
+    ("POST", f"{BASE_PATH}/authorize", {}, {"X-Better-IAM": "0"}, (403, "CSRF_REJECTED")),
+    ("POST", f"{BASE_PATH}/authorize", [], {}, (400, "INVALID_INPUT")),
+    ("POST", f"{BASE_PATH}/authorize", {"tenantId": TENANT, "action": "a"}, {}, (400, "INVALID_INPUT")),
+    ("POST", f"{BASE_PATH}/authorize", {"tenantId": " ", "action": "a", "resource": {"type": "t", "id": "i"}}, {},
+     (400, "INVALID_INPUT")),
+    ("POST", f"{BASE_PATH}/authorize", {"tenantId": TENANT, "action": "a", "resource": {"type": "t", "id": "i"}},
+     {"Authorization": ""}, (401, "UNAUTHENTICATED")),
+    ("POST", f"{BASE_PATH}/actions/list", {"tenantId": TENANT}, {"Authorization": ""}, (401, "UNAUTHENTICATED")),
+])
+def test_test_server_refuses_what_better_iam_refuses(method: str, path: str, body: Any, headers: dict[str, str],
+                                                     expected: tuple[int, str]) -> None:
+    with IamServer(mode="allow", catalog=("a",)) as server:
+        status, answer = call(server, method, path, body, headers)
+        assert [(request.method, request.path) for request in server.requests()] == [(method, path)]
+    assert (status, answer["error"]["code"]) == expected
+    assert set(answer) == {"error"} and set(answer["error"]) == {"code", "message"}
+
+
+def test_test_server_answers_what_better_iam_answers() -> None:
+    with IamServer(mode="allow", catalog=("a", "b"), tenant_actions=("t:x",)) as server:
+        authorize = call(server, "POST", f"{BASE_PATH}/authorize",
+                         {"tenantId": TENANT, "action": "a", "resource": {"type": "t", "id": "i"}})
+        listed = call(server, "POST", f"{BASE_PATH}/actions/list", {"tenantId": TENANT})
+        health, up = call(server, "GET", f"{BASE_PATH}/health")
+        preflight = call(server, "OPTIONS", f"{BASE_PATH}/authorize")
+        assert (server.calls, server.catalog_calls) == (1, 1)
         server.reset()
-        assert server.calls == 0
-    assert (answer.status_code, answer.json()["error"]["code"]) == (400, "INVALID_ARGUMENT")
+        assert (server.calls, server.catalog_calls, server.requests()) == (0, 0, [])
+    assert authorize == (200, {"data": {"allowed": True, "reason": "allowed", "matched": []}})
+    assert listed == (200, {"data": [{"name": "a", "source": "platform"}, {"name": "b", "source": "platform"},
+                                     {"name": "t:x", "source": "tenant", "resourceType": "t"}]})
+    assert (health, up["status"]) == (200, "ok")
+    assert preflight == (204, None)
 
 
-@pytest.mark.anyio
-async def test_test_server_runs_as_a_process() -> None:
-    with running_iam_server(mode="allow", catalog=["compute:sites:list"]) as server:
-        async with better_iam(server.url) as iam:
-            await iam.initialize(["compute:sites:list"])
-            assert (await iam.authorize(ALICE, request("compute:sites:list", "compute-site", "*"))).allowed
-            assert (server.calls, server.catalog_calls) == (1, 1)
-            assert server.requests()[1].header("Authorization") == f"Bearer {ALICE}"
-            server.configure(mode="deny")
-            server.reset()
-            assert not (await iam.authorize(ALICE, request("compute:sites:list", "compute-site", "*"))).allowed
-            assert server.calls == 1
+def test_test_server_refuses_a_body_over_64_kib() -> None:
+    with IamServer(mode="allow") as server:
+        answer = httpx.post(f"{server.url}/authorize", content=b"{" + b" " * 65536 + b"}",
+                            headers={"X-Better-IAM": "1", "Content-Type": "application/json"})
+    assert (answer.status_code, answer.json()["error"]["code"]) == (413, "PAYLOAD_TOO_LARGE")

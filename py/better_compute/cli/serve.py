@@ -109,7 +109,8 @@ class IamKind(str, Enum):
     better_iam = "better-iam"
 
 
-def make_iam(kind: IamKind, file: Path | None, url: str | None, credential: str | None, timeout: float) -> IamPort:
+def make_iam(kind: IamKind, file: Path | None, url: str | None, credential: str | None, tenant: str | None,
+             timeout: float) -> IamPort:
     if kind is IamKind.static:
         if file is None:
             raise typer.BadParameter("--iam static needs --iam-file")
@@ -117,9 +118,12 @@ def make_iam(kind: IamKind, file: Path | None, url: str | None, credential: str 
             return StaticIam.load(file)
         except IamError as error:
             raise typer.BadParameter(str(error)) from error
-    if not url or not credential:
-        raise typer.BadParameter("--iam better-iam needs --iam-url and --iam-credential")
-    return BetterIam(url, credential, timeout)
+    if not url or not credential or not tenant:
+        raise typer.BadParameter("--iam better-iam needs --iam-url, --iam-credential and --iam-tenant")
+    try:
+        return BetterIam(url, credential, tenant, timeout)
+    except IamError as error:
+        raise typer.BadParameter(str(error)) from error
 
 
 @app.command("api")
@@ -132,7 +136,11 @@ def api_command(
                                                   help="Static IAM file (.toml or .json).")] = None,
     iam_url: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_IAM_URL", help="Better IAM base URL.")] = None,
     iam_credential: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_IAM_CREDENTIAL",
-                                                       help="The relay's own Better IAM credential.")] = None,
+                                                       help="The relay's own Better IAM credential: a service "
+                                                            "account's API key with iam:actions:read.")] = None,
+    iam_tenant: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_IAM_TENANT",
+                                                   help="The Better IAM tenant of that service account, where the "
+                                                        "action catalog is read.")] = None,
     iam_timeout: Annotated[float, typer.Option(min=0.1, help="Seconds one IAM decision may take (then deny).")] = 2.0,
     resolve_secret: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_RESOLVE_SECRET",
                                                        help="Shared secret of Better IAM's resolver endpoint.")] = None,
@@ -150,7 +158,7 @@ def api_command(
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     streams = StreamSettings(heartbeat_seconds=heartbeat_seconds, poll_seconds=poll_seconds, buffer=stream_buffer,
                              stall_seconds=stall_seconds, max_streams=max_streams)
-    serve(make_relay(dsn, pool_size, make_iam(iam, iam_file, iam_url, iam_credential, iam_timeout),
+    serve(make_relay(dsn, pool_size, make_iam(iam, iam_file, iam_url, iam_credential, iam_tenant, iam_timeout),
                      RelaySettings(resolve_secret, streams)), host, port, grace_seconds)
 
 
@@ -230,7 +238,7 @@ def all_command(
     """Run the API relay, the node gateway and the worker in one process (a single machine), each as
     its own role (bc_api, bc_gateway, bc_worker), with the static IAM file and the local ledger."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    relay = relay_server(make_relay(dsn, 10, make_iam(IamKind.static, iam_file, None, None, 2.0),
+    relay = relay_server(make_relay(dsn, 10, make_iam(IamKind.static, iam_file, None, None, None, 2.0),
                                     RelaySettings(None, StreamSettings())), host, api_port, grace_seconds)
     gateway = make_gateway(dsn, 10, keys / "ca.key", trust_domain, keys / "intent.key",
                            GatewaySettings(name, host, gateway_port, heartbeat_seconds, spec_poll_seconds))

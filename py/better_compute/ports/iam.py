@@ -1,7 +1,8 @@
 """The IAM port (DESIGN §7, P7, P11): the one authorization decision an admission makes.
 
-The relay asks the port once per request with what `api.prepare` answered (tenant, action, resource
-and the exact attributes) and hands the `Decision` to `api.admit` / `api.read`, which audit it. The
+The relay asks the port once per request with what `api.prepare` answered (tenant, action and
+resource `{type, id}`; the attributes it also answers are not the port's: no adapter decides on
+them) and hands the `Decision` to `api.admit` / `api.read`, which audit it. The
 port never interprets a credential beyond what its adapter needs, and it fails closed: `authorize`
 never raises, every failure (timeout, transport error, error envelope, unknown answer) is a deny
 whose reason says why; `initialize` raises when the catalog lacks an action the relay serves, or
@@ -15,14 +16,23 @@ Adapters:
   optional top-level `actions` list is its catalog; without one, `initialize` accepts an action
   when at least one statement's action glob matches it (so a typo in the method table that no
   statement covers still fails start-up).
-- `BetterIam`: Better IAM over HTTP in its envelope: `POST {base}/authorize` with the caller's
-  credential and `X-Better-IAM: 1`, answered `{data: {allowed, reason, matched, principal?}}` or
-  `{error: {code, message}}`. Better IAM denies (does not fail) an action its catalog does not know.
-
-Assumption about Better IAM's action catalog: no public description of how Better IAM exposes its
-catalog was found, so `BetterIam.initialize` reads `GET {base}/actions` with `X-Better-IAM: 1` and a
-service credential given to the adapter (not a caller's), answered `{data: {actions: [str, ...]}}`
-(or the error envelope). Replace `BetterIam.catalog` when Better IAM documents another form.
+- `BetterIam`: Better IAM over HTTP, only routes its server serves (repository
+  Better-IAM/better-iam, `packages/server/src/http.ts`; every call a POST under the base URL, which
+  includes Better IAM's base path, `/api/iam` by default, with `Content-Type: application/json`,
+  `X-Better-IAM: 1` and `Authorization: Bearer`; answers `{data}` or `{error: {code, message}}`):
+  - `POST {base}/authorize` with the caller's credential and `{tenantId, action, resource: {type,
+    id}}`, the only fields its dispatcher reads: the attributes `api.prepare` answers never reach
+    Better IAM's policies this way (they reach them through its `resolveResource` hook, which calls
+    our `api.resolve`). Answered `{data: {allowed, reason, matched: []}}`
+    (`packages/server/src/operations.ts`, `recordedDecision`): reason `allowed`, or `ACCESS_DENIED`
+    for every deny, an action outside the tenant's catalog included; no principal, so our audit
+    rows name none.
+  - `POST {base}/actions/list` with `{tenantId}` for `initialize` (`packages/server/src/api/catalog.ts`,
+    `actions.list`): an operation in that tenant needing `iam:actions:read`, so it is read with the
+    relay's own service credential (a service account's API key) in the service account's tenant.
+    It answers the whole catalog at once (no paging), `[{name, source, resourceType?}]`: `platform`
+    actions (declared in the deployment's `permissions`, known in every tenant) and the tenant's
+    own. The relay serves every tenant, so only `platform` actions count.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ from typing import Any, Protocol
 import httpx
 
 ANSWER_BYTES_MAX = 65536  # an /authorize answer (DESIGN §14)
-CATALOG_BYTES_MAX = 1048576  # the /actions answer: every action of every service Better IAM knows
+CATALOG_BYTES_MAX = 1048576  # the /actions/list answer: every action the catalog tenant may name
 POLICY_FILE_BYTES_MAX = 1048576
 DEFAULT_TIMEOUT_SECONDS = 2.0
 ERROR_CODE_CHARS_MAX = 64  # of a code quoted in a reason (the reason is audited)
@@ -54,24 +64,23 @@ class AuthorizeRequest:
     action: str  # e.g. "compute:reservations:create"
     resource_type: str  # e.g. "compute-reservation"
     resource_id: str  # a uuid, or "*" for lists
-    attributes: Mapping[str, Any]  # JSON values only
 
     @property
     def resource(self) -> str:
-        """The string resource globs match: `{resource_type}/{resource_id}`."""
+        """The string resource globs match: `{resource_type}/{resource_id}` (Better IAM's form too)."""
         return f"{self.resource_type}/{self.resource_id}"
 
-    def as_json(self) -> dict[str, Any]:
-        """Better IAM's authorize document (the same shape as `api.prepare`'s `iam`)."""
+    def authorize_body(self) -> dict[str, Any]:
+        """Better IAM's authorize body: exactly what `http.ts` dispatch('authorize') reads."""
         return {"tenantId": self.tenant_id, "action": self.action,
-                "resource": {"type": self.resource_type, "id": self.resource_id},
-                "attributes": dict(self.attributes)}
+                "resource": {"type": self.resource_type, "id": self.resource_id}}
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> AuthorizeRequest:
-        """The request `api.prepare` answered under `iam` (trusted: it comes from our database)."""
+        """The request `api.prepare` answered under `iam` (trusted: it comes from our database); its
+        `attributes` are left out, no adapter decides on them."""
         return cls(str(document["tenantId"]), document["action"], document["resource"]["type"],
-                   str(document["resource"]["id"]), document.get("attributes") or {})
+                   str(document["resource"]["id"]))
 
 
 @dataclass(frozen=True)
@@ -369,11 +378,17 @@ class Where:
 class BetterIam:
     """Better IAM over HTTP; one `POST /authorize` per decision, bounded in time and answer size."""
 
-    def __init__(self, base_url: str, service_token: str, timeout: float = DEFAULT_TIMEOUT_SECONDS):
+    def __init__(self, base_url: str, service_credential: str, catalog_tenant: str,
+                 timeout: float = DEFAULT_TIMEOUT_SECONDS):
+        """`base_url` includes Better IAM's base path (`https://iam.example/api/iam`); the service
+        credential holds `iam:actions:read` in `catalog_tenant`, where the catalog is read."""
         if httpx.URL(base_url).scheme not in ("http", "https") or not httpx.URL(base_url).host:
             raise IamConfigError(f"{base_url!r} is not an http(s) URL")  # at start-up, not a deny per request
+        if not catalog_tenant:
+            raise IamConfigError("BetterIam needs the Better IAM tenant of the service credential (the catalog's)")
         self.base_url = base_url.rstrip("/")
-        self.service_token = service_token
+        self.service_credential = service_credential
+        self.catalog_tenant = catalog_tenant
         self.timeout = timeout
         self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
 
@@ -384,27 +399,28 @@ class BetterIam:
             raise IamCatalogError(missing)
 
     async def catalog(self) -> frozenset[str]:
-        """The actions Better IAM knows (our assumption: `GET /actions`, see the module docstring)."""
-        url = f"{self.base_url}/actions"
+        """The platform actions of `POST {base}/actions/list` in the catalog tenant (module docstring)."""
+        url = f"{self.base_url}/actions/list"
         try:
-            status, raw = await self.exchange("GET", url, self.service_token, None, CATALOG_BYTES_MAX)
+            status, raw = await self.exchange(url, self.service_credential, {"tenantId": self.catalog_tenant},
+                                              CATALOG_BYTES_MAX)
         except (TimeoutError, httpx.HTTPError, AnswerTooLarge) as error:
             raise IamUnavailableError(f"{url}: {describe(error)}") from error
         answer = parse_json(raw)
-        actions = dig(answer, "data", "actions")
-        if is_success(status) and isinstance(actions, list) and all(isinstance(a, str) for a in actions):
-            return frozenset(actions)
+        entries = dig(answer, "data")
+        if is_success(status) and isinstance(entries, list) and all(map(is_catalog_entry, entries)):
+            return frozenset(entry["name"] for entry in entries if entry["source"] == "platform")
         code = error_code(answer)
         raise IamUnavailableError(f"{url}: " + (f"iam error: {code}" if code else f"unknown answer (HTTP {status})"))
 
     async def authorize(self, credential: str | None, request: AuthorizeRequest) -> Decision:
         """Without a credential there is nobody to ask about: deny here rather than send an
-        anonymous request whose answer could only be a deny."""
+        anonymous request whose answer could only be UNAUTHENTICATED."""
         if not credential:
             return Decision.deny("no credential")
         try:
-            status, raw = await self.exchange("POST", f"{self.base_url}/authorize", credential,
-                                              request.as_json(), ANSWER_BYTES_MAX)
+            status, raw = await self.exchange(f"{self.base_url}/authorize", credential, request.authorize_body(),
+                                              ANSWER_BYTES_MAX)
         except (TimeoutError, httpx.TimeoutException):
             return Decision.deny("iam timeout")
         except AnswerTooLarge:
@@ -415,13 +431,14 @@ class BetterIam:
             return Decision.deny(f"iam request failed: {type(error).__name__}")
         return decision_of(status, raw)
 
-    async def exchange(self, method: str, url: str, credential: str, body: Any, limit: int) -> tuple[int, bytes]:
-        """One request under one overall deadline (httpx's timeout is per read, so a server that
-        trickles bytes would otherwise hold the caller forever); the answer is read up to `limit`."""
+    async def exchange(self, url: str, credential: str, body: Any, limit: int) -> tuple[int, bytes]:
+        """One POST under one overall deadline (httpx's timeout is per read, so a server that trickles
+        bytes would otherwise hold the caller forever); the answer is read up to `limit`. Better IAM
+        takes a POST only as JSON with `X-Better-IAM: 1` (else CSRF_REJECTED)."""
         headers = {"X-Better-IAM": "1", "Authorization": f"Bearer {credential}", "Accept": "application/json",
                    "Accept-Encoding": "identity"}  # raw bytes: a compressed answer could not be bounded
         async with asyncio.timeout(self.timeout):
-            async with self.client.stream(method, url, json=body, headers=headers) as response:
+            async with self.client.stream("POST", url, json=body, headers=headers) as response:
                 raw = bytearray()
                 async for chunk in response.aiter_raw():
                     raw += chunk
@@ -473,8 +490,14 @@ def error_code(answer: Any) -> str | None:
     return code[:ERROR_CODE_CHARS_MAX] if isinstance(code, str) and code else None
 
 
+def is_catalog_entry(entry: Any) -> bool:
+    """An `actions.list` item: `{name, source, ...}` with a string name and a string source."""
+    return isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("source"), str)
+
+
 def decision_of(status: int, raw: bytes) -> Decision:
-    """Only a 2xx `{data}` with exactly the expected types can allow; anything else denies."""
+    """Only a 2xx `{data}` with exactly the expected types can allow; anything else denies. Better
+    IAM names no principal."""
     answer = parse_json(raw)
     if answer is None:
         return Decision.deny(f"iam answered non-JSON (HTTP {status})")
@@ -485,8 +508,6 @@ def decision_of(status: int, raw: bytes) -> Decision:
     if not is_success(status) or not isinstance(data, dict):
         return Decision.deny(f"iam answered an unknown document (HTTP {status})")
     allowed, reason, matched = data.get("allowed"), data.get("reason"), data.get("matched")
-    principal = data.get("principal")
-    if (not isinstance(allowed, bool) or not isinstance(reason, str) or not isinstance(matched, list)
-            or not (principal is None or isinstance(principal, str))):
+    if not isinstance(allowed, bool) or not isinstance(reason, str) or not isinstance(matched, list):
         return Decision.deny(f"iam answered an unknown document (HTTP {status})")
-    return Decision(allowed, reason, matched, principal)
+    return Decision(allowed, reason, matched, None)

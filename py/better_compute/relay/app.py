@@ -158,7 +158,7 @@ class Relay:
 
         try:
             decision = await self.admission.decide(credential, AuthorizeRequest(
-                str(tenant_id), method.action, method.resource_type, ALL_RESOURCES, {}))
+                str(tenant_id), method.action, method.resource_type, ALL_RESOURCES))
             if not decision.allowed:
                 raise denied(method, decision)
             stream = EventStream(self.db, tenant_id, request.headers.get("last-event-id"), self.settings.streams,
