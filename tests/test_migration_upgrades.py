@@ -206,3 +206,13 @@ def test_pgtap_suite_passes_on_a_database_upgraded_from_a_release(
     migrate.migrate(dsn, to=tag)
     migrate.migrate(dsn)
     run_pgtap(pg_server, dsn)
+
+
+def test_the_v0_2_0_repair_refuses_a_database_built_from_the_edited_scripts(head: Built) -> None:
+    # Such a database (built from empty at a commit between @v0.2.0 and the repair, like an old demo
+    # cluster) already has what the repair adds: it is not a @v0.2.0 database.
+    deploy = migrate.without_transaction_lines(migrate.read_plan().change("v0_2_0_repairs").script("deploy").read_text())
+    with psycopg.connect(head.dsn) as conn, pytest.raises(psycopg.Error) as refused:
+        conn.execute(deploy)
+    assert refused.value.sqlstate == "BC501"
+    assert "not from a release" in str(refused.value)
