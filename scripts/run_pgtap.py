@@ -24,7 +24,13 @@ DBNAME = "bc_pgtap"
 def prepare(cluster: embedded.Cluster) -> None:
     cluster.ensure_database(DBNAME)
     migrate.migrate(cluster.conninfo(DBNAME))
-    with psycopg.connect(cluster.conninfo(DBNAME), autocommit=True) as conn:
+    install_fixtures(cluster.conninfo(DBNAME))
+
+
+def install_fixtures(dsn: str) -> None:
+    """pgTAP, the test clock and the fixtures, in a migrated database (tests/test_migration_upgrades.py
+    runs the suite on an upgraded one)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
         conn.execute("SELECT compute.clock_allow_pinning(true)")
         conn.execute((FIXTURES_DIR / "pgtap_setup.sql").read_text())
@@ -34,12 +40,12 @@ def prepare(cluster: embedded.Cluster) -> None:
                              (str(path.relative_to(FIXTURES_DIR)), path.read_text()))
 
 
-def run_pg_prove(cluster: embedded.Cluster, extra: list[str]) -> tuple[int, str]:
+def run_pg_prove(cluster: embedded.Cluster, extra: list[str], dbname: str = DBNAME) -> tuple[int, str]:
     pg_prove = shutil.which("pg_prove")
     if pg_prove is None:
         sys.exit("pg_prove not found: apt-get install libtap-parser-sourcehandler-pgtap-perl")
     argv = [pg_prove, "--ext", ".sql", "-r", "--host", str(cluster.socketdir), "--port", str(cluster.port),
-            "--username", cluster.user, "--dbname", DBNAME, *extra, PGTAP_DIR.name]
+            "--username", cluster.user, "--dbname", dbname, *extra, PGTAP_DIR.name]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=PGTAP_DIR.parent)
     return done.returncode, done.stdout + done.stderr
 

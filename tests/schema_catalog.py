@@ -6,6 +6,8 @@ from __future__ import annotations
 import difflib
 import re
 import subprocess
+from collections.abc import Sequence
+from typing import Any
 
 import psycopg
 
@@ -40,6 +42,14 @@ SELECT pg_catalog.format('-- Name: %s; Type: DATABASE-WIDE DEFAULT ACL', d.defac
  WHERE d.defaclnamespace = 0
 """
 
+# Tables and sequences of ours, as quoted SQL names.
+_RELATIONS = """
+SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname), c.relkind
+  FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+ WHERE n.nspname = ANY (%(schemas)s) AND c.relkind IN ('r', 'S')
+ ORDER BY 1
+"""
+
 _LEFTOVERS = """
 SELECT pg_catalog.format('schema %%I', n.nspname)
   FROM pg_catalog.pg_namespace AS n
@@ -55,10 +65,11 @@ SELECT pg_catalog.format('%%s, %%s %%s', pg_catalog.pg_describe_object(s.classid
 """
 
 
-def schema_dump(dsn: str) -> str:
+def schema_dump(dsn: str, without_data_of: Sequence[str] = ()) -> str:
     """Our schemas as pg_dump writes them (owners, grants, comments and seed rows included), entries sorted,
-    plus the database-wide default privileges, which `pg_dump -n` leaves out."""
-    entries = [*_pg_dump_entries(_run_pg_dump(dsn)), *_database_wide_default_acls(dsn)]
+    plus the database-wide default privileges, which `pg_dump -n` leaves out. Without the rows of
+    the relations `without_data_of` (schema-qualified), to compare databases that hold data."""
+    entries = [*_pg_dump_entries(_run_pg_dump(dsn, without_data_of)), *_database_wide_default_acls(dsn)]
     return "\n\n".join(sorted(entries)) + "\n"
 
 
@@ -69,6 +80,31 @@ def schema_diff(expected: str, actual: str, labels: tuple[str, str] = ("a", "b")
     return "".join(lines)
 
 
+def unseeded_relations(dsn: str) -> list[str]:
+    """Our sequences and the tables of ours that hold no row: in a database just built, those that
+    only its use fills (the others hold seed rows, which are part of the schema)."""
+    with psycopg.connect(dsn) as conn:
+        relations = conn.execute(_RELATIONS, {"schemas": list(OUR_SCHEMAS)}).fetchall()
+    empty = [name for name, count in row_counts(dsn).items() if count == 0]
+    return sorted([name for name, kind in relations if kind == "S"] + empty)
+
+
+def row_counts(dsn: str) -> dict[str, int]:
+    """Rows per table of ours (schema-qualified name)."""
+    return _per_table(dsn, "SELECT count(*) FROM {}")
+
+
+def table_digests(dsn: str) -> dict[str, str]:
+    """A digest of the rows of each table of ours: it changes when any row does."""
+    return _per_table(dsn, "SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(t::text, E'\\n' ORDER BY t::text), '')) FROM {} AS t")
+
+
+def _per_table(dsn: str, query: str) -> dict[str, Any]:
+    with psycopg.connect(dsn) as conn:
+        tables = [name for name, kind in conn.execute(_RELATIONS, {"schemas": list(OUR_SCHEMAS)}).fetchall() if kind != "S"]
+        return {name: conn.execute(query.format(name)).fetchone()[0] for name in tables}
+
+
 def leftover_objects(dsn: str) -> list[str]:
     """Our schemas that exist, and every object in this database owned by or granted to our roles."""
     with psycopg.connect(dsn) as conn:
@@ -76,11 +112,12 @@ def leftover_objects(dsn: str) -> list[str]:
     return [row[0] for row in rows]
 
 
-def _run_pg_dump(dsn: str) -> str:
+def _run_pg_dump(dsn: str, without_data_of: Sequence[str]) -> str:
     schemas = [arg for schema in OUR_SCHEMAS for arg in ("--schema", schema)]
     # Data too: a freshly built database holds only seed rows (limits, error codes), and they are part
     # of what a migration must reproduce.
-    argv = [str(pg_bindir() / "pg_dump"), "--inserts", *schemas, f"--dbname={dsn}"]
+    excluded = [f"--exclude-table-data={name}" for name in without_data_of]
+    argv = [str(pg_bindir() / "pg_dump"), "--inserts", *schemas, *excluded, f"--dbname={dsn}"]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"pg_dump failed ({done.returncode}): {done.stderr.strip()}")

@@ -3,20 +3,17 @@ stay a Sqitch project that the real `sqitch` deploys, verifies and reverts."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
 from better_compute import migrate
-from better_compute.embedded import pg_bindir
 from schema_catalog import OUR_ROLES, leftover_objects, schema_diff, schema_dump
+from sqitch_support import sqitch, sqitch_environment
 
 PLAN = migrate.read_plan()
 CHANGE_NAMES = [change.name for change in PLAN.changes]
@@ -126,29 +123,6 @@ def test_each_verify_script_fails_without_its_change(
 
         missing = f"role {hidden_role}" if hidden_role else f"change {change.name}"
         assert verify_error(conn, change) is not None, f"verify/{change.name}.sql passes without {missing}"
-
-
-_LIBPQ_ENVIRONMENT = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE"}
-
-
-def sqitch_environment(dsn: str, home: Path) -> dict[str, str]:
-    """Our environment less any PG*/SQITCH_* settings, then the database as libpq variables, a
-    private HOME and no system sqitch.conf, and the psql of the server's version first on PATH."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PG", "SQITCH_"))}
-    env.update({_LIBPQ_ENVIRONMENT[key]: str(value) for key, value in conninfo_to_dict(dsn).items()})
-    env.update(HOME=str(home), SQITCH_SYSTEM_CONFIG=str(home / "no-system-sqitch.conf"),
-               SQITCH_FULLNAME="Better Compute tests", SQITCH_EMAIL="tests@better-compute.invalid",
-               PATH=f"{pg_bindir()}{os.pathsep}{os.environ.get('PATH', '')}")
-    return env
-
-
-def sqitch(*args: str, env: dict[str, str]) -> None:
-    """Run `sqitch <args> db:pg:` in migrations/; fail the test, showing its output, unless it exits 0."""
-    argv = ["sqitch", *args, "db:pg:"]
-    done = subprocess.run(argv, cwd=migrate.MIGRATIONS_DIR, env=env, capture_output=True, text=True,
-                          check=False, timeout=120)
-    assert done.returncode == 0, (
-        f"{' '.join(argv)} exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")
 
 
 @pytest.mark.skipif(shutil.which("sqitch") is None,

@@ -136,10 +136,8 @@ BEGIN
             'Omit the time to change now, or pass a future time.');
     END IF;
 
-    IF pg_catalog.to_regclass('pg_temp.layout_next') IS NULL THEN
-        CREATE TEMP TABLE layout_next (kind text, profile text, placement integer, slot integer,
-            slot_count integer, slices int4range, shares int4range, gpu_fraction numeric) ON COMMIT DROP;
-    END IF;
+    CREATE TEMP TABLE IF NOT EXISTS pg_temp.layout_next (kind text, profile text, placement integer, slot integer,
+        slot_count integer, slices int4range, shares int4range, gpu_fraction numeric) ON COMMIT DROP;
     DELETE FROM pg_temp.layout_next;
     INSERT INTO pg_temp.layout_next SELECT * FROM compute.layout_atoms(p_device_id, p_layout);
 
@@ -159,18 +157,12 @@ BEGIN
     END IF;
 
     -- Atoms that go away: never valid if they had not started by then, else valid until v_at.
-    -- Bookings of atoms that will never exist can only be void ones (live ones refused above): they go too.
-    DELETE FROM compute.bookings AS b
-     USING compute.atoms AS a
-     WHERE b.atom_id = a.atom_id AND a.device_id = p_device_id AND lower(a.valid) >= v_at AND b.state = 'void'
-       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
-                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
     DELETE FROM compute.atoms AS a
      WHERE a.device_id = p_device_id AND lower(a.valid) >= v_at
        AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
                         WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count))
+       AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b WHERE b.atom_id = a.atom_id);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     v_changed := v_changed + v_count;
     UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), v_at)
@@ -181,20 +173,12 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT;
     v_changed := v_changed + v_count;
 
-    -- Atoms that stay keep their rows (and bookings), valid from v_at at the latest and on from there
-    -- (a change scheduled later, which this one calls off, no longer ends them); new ones start at v_at.
-    UPDATE compute.atoms AS a SET valid = tstzrange(v_at, NULL)
+    -- Atoms that stay keep their rows (and bookings), valid from v_at at the latest; new ones start at v_at.
+    UPDATE compute.atoms AS a SET valid = tstzrange(v_at, upper(a.valid))
      WHERE a.device_id = p_device_id AND lower(a.valid) > v_at
        AND EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
                     WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
                           IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
-    UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), NULL)
-     WHERE a.device_id = p_device_id AND a.valid @> v_at AND NOT upper_inf(a.valid)
-       AND EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
-                    WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                          IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    v_changed := v_changed + v_count;
     INSERT INTO compute.atoms (atom_id, site_id, pool_id, node_id, device_id, node_rank, device_index, kind, profile,
                                placement, slot, slot_count, slices, shares, gpu_fraction, valid)
     SELECT pg_catalog.gen_random_uuid(), v_device.site_id, n.pool_id, v_device.node_id, p_device_id, n.rank,

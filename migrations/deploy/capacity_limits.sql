@@ -10,6 +10,7 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('devices_per_node',                 64, 'count',   'GPUs one node may report.'),
     ('timeslice_slots',                  64, 'count',   'Most time-slice slots of one GPU.'),
     ('sweep_batch',                    1000, 'count',   'Reservations one expiry sweep ends.'),
+    ('capacity_search_checks',          500, 'count',   'Candidate start times capacity_earliest tries.'),
     ('capacity_search_horizon_seconds', 7776000, 'seconds', 'How far ahead capacity_earliest looks (90 days).');
 
 COMMIT;

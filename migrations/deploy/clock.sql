@@ -23,17 +23,14 @@ INSERT INTO compute.clock_control DEFAULT VALUES;
 
 CREATE FUNCTION compute.compute_now()
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
--- PL/pgSQL rather than SQL: a SQL function with a subquery is planned again on every call, and
--- this one is called a dozen times per reservation; PL/pgSQL keeps the plan for the session.
-BEGIN
-    IF (SELECT c.pin_allowed FROM compute.clock_control AS c) THEN
-        RETURN coalesce(nullif(pg_catalog.current_setting('bc.now', true), '')::timestamptz, pg_catalog.now())
-               + coalesce(nullif(pg_catalog.current_setting('bc.now_offset', true), '')::interval, interval '0');
-    END IF;
-    RETURN pg_catalog.now();
-END
+    SELECT CASE
+        WHEN (SELECT c.pin_allowed FROM compute.clock_control AS c)
+        THEN coalesce(nullif(pg_catalog.current_setting('bc.now', true), '')::timestamptz, pg_catalog.now())
+             + coalesce(nullif(pg_catalog.current_setting('bc.now_offset', true), '')::interval, interval '0')
+        ELSE pg_catalog.now()
+    END
 $$;
 COMMENT ON FUNCTION compute.compute_now() IS 'Business time: now(), or the pinned/advanced test clock where pinning is allowed.';
 

@@ -77,42 +77,8 @@ CREATE TABLE compute.devices (
     UNIQUE (device_id, site_id)
 );
 CREATE INDEX devices_node ON compute.devices (node_id, index);
-CREATE INDEX devices_absent ON compute.devices (device_id) WHERE NOT present;
 COMMENT ON TABLE compute.devices IS 'A physical GPU. layout (whole | timeslice:N | mig:profile@placement,...) decides its atoms; present=false when the last inventory lacked it.';
 COMMENT ON COLUMN compute.devices.mig_profiles IS 'MIG profiles as the GPU reports them: name, id, slices (memory slices of 8), memory_mib, sm, placements.';
-
-CREATE FUNCTION compute.pool_get(p_pool_id uuid)
-RETURNS compute.pools
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    v_pool compute.pools;
-BEGIN
-    SELECT * INTO v_pool FROM compute.pools AS p WHERE p.pool_id = p_pool_id;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id),
-            'List the pools in ops.pool_capacity, or create one with compute.pool_create.');
-    END IF;
-    RETURN v_pool;
-END
-$$;
-COMMENT ON FUNCTION compute.pool_get(uuid) IS 'The pool, or NOT_FOUND.';
-
-CREATE FUNCTION compute.node_get(p_node_id uuid)
-RETURNS compute.nodes
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    v_node compute.nodes;
-BEGIN
-    SELECT * INTO v_node FROM compute.nodes AS n WHERE n.node_id = p_node_id;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no node %s', p_node_id), 'List the nodes in ops.nodes.');
-    END IF;
-    RETURN v_node;
-END
-$$;
-COMMENT ON FUNCTION compute.node_get(uuid) IS 'The node, or NOT_FOUND.';
 
 CREATE FUNCTION compute.site_create(p_name text)
 RETURNS uuid
@@ -121,7 +87,10 @@ AS $$
 DECLARE
     v_site_id uuid;
 BEGIN
-    PERFORM compute.require_name('site', p_name);
+    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid site name %L', p_name),
+            'Use 1-63 characters: lower-case letters, digits, ".", "_" or "-", starting with a letter or digit.');
+    END IF;
     INSERT INTO compute.sites (site_id, name, created_at)
     VALUES (pg_catalog.gen_random_uuid(), p_name, compute.compute_now())
     ON CONFLICT (name) DO NOTHING
@@ -142,7 +111,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM compute.sites AS s WHERE s.site_id = p_site_id) THEN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no site %s', p_site_id), 'Create the site first.');
     END IF;
-    PERFORM compute.require_name('pool', p_name);
+    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid pool name %L', p_name),
+            'Use 1-63 characters: lower-case letters, digits, ".", "_" or "-", starting with a letter or digit.');
+    END IF;
     IF p_gpu_model IS NULL OR length(p_gpu_model) NOT BETWEEN 1 AND 200 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a pool needs its GPU model',
             'Pass the model exactly as the GPUs report it, e.g. NVIDIA H200.');

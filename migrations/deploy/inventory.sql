@@ -16,8 +16,7 @@ AS $$
 BEGIN
     IF p_doc -> p_field IS NULL OR pg_catalog.jsonb_typeof(p_doc -> p_field) <> p_type THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT',
-            pg_catalog.format('inventory field %s%s is missing or not %s %s', p_path, p_field,
-                              CASE WHEN p_type IN ('array', 'object') THEN 'an' ELSE 'a' END, p_type),
+            pg_catalog.format('inventory field %s%s is missing or not a %s', p_path, p_field, p_type),
             'See docs/inventory.md for the inventory document.');
     END IF;
     RETURN p_doc -> p_field;
@@ -104,7 +103,7 @@ CREATE FUNCTION compute.node_register(p_pool_id uuid, p_name text, p_inventory j
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
--- Lock order: the node (FOR UPDATE), then its devices.
+-- Lock order: the pool (FOR SHARE), the node (FOR UPDATE), then its devices.
 DECLARE
     v_pool    compute.pools;
     v_node    compute.nodes;
@@ -116,7 +115,10 @@ DECLARE
 BEGIN
     -- Validate the document and the pool's GPU model.
     PERFORM compute.inventory_validate(p_inventory);
-    v_pool := compute.pool_get(p_pool_id);
+    SELECT * INTO v_pool FROM compute.pools AS p WHERE p.pool_id = p_pool_id FOR SHARE;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id), 'Register the node into an existing pool.');
+    END IF;
     IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid node name %L', p_name),
             'Use the host name: letters, digits, ".", "_" or "-".');

@@ -17,7 +17,9 @@ AS $$
 -- Lock order: the node's devices FOR UPDATE (waits for placements in flight on them), so every
 -- placement that commits after this flag sees it.
 BEGIN
-    PERFORM compute.node_get(p_node_id);
+    IF NOT EXISTS (SELECT 1 FROM compute.nodes AS n WHERE n.node_id = p_node_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no node %s', p_node_id), 'List nodes in ops.nodes.');
+    END IF;
     IF p_flag IS NULL OR p_flag NOT IN ('cordoned', 'draining', 'quarantined') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('unknown node flag %L', p_flag), 'Use cordoned, draining or quarantined.');
     END IF;
@@ -40,7 +42,9 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM compute.node_get(p_node_id);
+    IF NOT EXISTS (SELECT 1 FROM compute.nodes AS n WHERE n.node_id = p_node_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no node %s', p_node_id), 'List nodes in ops.nodes.');
+    END IF;
     DELETE FROM compute.node_flags WHERE node_id = p_node_id AND flag = p_flag;
     RETURN FOUND;
 END

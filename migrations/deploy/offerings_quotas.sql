@@ -43,7 +43,9 @@ AS $$
 DECLARE
     v_offering_id uuid;
 BEGIN
-    PERFORM compute.pool_get(p_pool_id);
+    IF NOT EXISTS (SELECT 1 FROM compute.pools AS p WHERE p.pool_id = p_pool_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id), 'Create the pool first.');
+    END IF;
     IF p_shape IS NULL OR p_shape !~ '^(gpu|slot|mig:[0-9]+g\.[0-9]+gb(\+me)?)$' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid shape %L', p_shape),
             'Use gpu, slot or mig:<profile> (e.g. mig:3g.71gb).');
@@ -81,7 +83,9 @@ DECLARE
     v_quota_id uuid;
 BEGIN
     PERFORM compute.tenant_ensure(p_tenant_id);
-    PERFORM compute.pool_get(p_pool_id);
+    IF NOT EXISTS (SELECT 1 FROM compute.pools AS p WHERE p.pool_id = p_pool_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id), 'Create the pool first.');
+    END IF;
     IF p_project_id IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM compute.projects AS p WHERE p.project_id = p_project_id AND p.tenant_id = p_tenant_id) THEN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no project %s in tenant %s', p_project_id, p_tenant_id),

@@ -5,9 +5,8 @@ BEGIN;
 
 -- What operators see and do at psql (role bc_operator, schema ops): the fleet, capacity per pool,
 -- who holds each atom now and who is next; node flags; the capacity queries. The views are owned by
--- bc_owner, so they read compute for the operator; but a view calls functions with its reader's
--- privileges, so they read the clock through ops.now(). The functions are SECURITY DEFINER and
--- record session_user (the operator's login) as who set a flag.
+-- bc_owner, so they read compute for the operator; the functions are SECURITY DEFINER and record
+-- session_user (the operator's login) as who set a flag.
 SET LOCAL ROLE bc_owner;
 
 CREATE VIEW ops.nodes AS
@@ -17,7 +16,7 @@ CREATE VIEW ops.nodes AS
            CASE WHEN NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = n.node_id AND f.flag = 'draining') THEN NULL
                 WHEN EXISTS (SELECT 1 FROM compute.bookings AS b
                               WHERE b.node_id = n.node_id AND b.state IN ('provisional', 'active')
-                                AND b.during @> ops.now()) THEN 'draining'
+                                AND b.during @> compute.compute_now()) THEN 'draining'
                 ELSE 'drained' END AS drain,
            (SELECT pg_catalog.jsonb_object_agg(f.flag, pg_catalog.jsonb_build_object('by', f.set_by, 'reason', f.reason, 'at', f.set_at,
                                                                                     'completed_at', f.completed_at))
@@ -29,7 +28,7 @@ CREATE VIEW ops.nodes AS
 COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when) and drain state (draining until no booking is live now).';
 
 CREATE VIEW ops.pool_capacity AS
-    WITH now_ AS (SELECT ops.now() AS t)
+    WITH now_ AS (SELECT compute.compute_now() AS t)
     SELECT p.pool_id, p.name AS pool, p.gpu_model, a.shape,
            count(*) AS total,
            count(*) FILTER (WHERE d.present AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)) AS bookable,
@@ -46,7 +45,7 @@ CREATE VIEW ops.pool_capacity AS
 COMMENT ON VIEW ops.pool_capacity IS 'Atoms valid now per pool and shape: total, bookable, held now, held in future, on flagged (cordoned, draining, quarantined) nodes.';
 
 CREATE VIEW ops.atom_holders AS
-    WITH now_ AS (SELECT ops.now() AS t)
+    WITH now_ AS (SELECT compute.compute_now() AS t)
     SELECT p.name AS pool, n.name AS node, d.uuid AS device_uuid, d.index AS device_index, a.atom_id, a.shape,
            a.placement, a.slot, d.layout,
            cur.reservation_id AS holder_reservation, cur.tenant_id AS holder_tenant, upper(cur.during) AS held_until,

@@ -28,31 +28,25 @@ CREATE TYPE compute.placement_candidate AS (
     slot         integer
 );
 
--- The helpers below are PL/pgSQL because a SQL function holding a subquery is not inlined and is
--- planned again on every call; PL/pgSQL keeps its plans for the session.
 CREATE FUNCTION compute.atom_is_free(p_atom compute.atoms, p_during tstzrange)
 RETURNS boolean
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    RETURN NOT EXISTS (
+    SELECT NOT EXISTS (
         SELECT 1 FROM compute.bookings AS b
          WHERE b.site_id = p_atom.site_id AND b.device_id = p_atom.device_id
            AND b.slices && p_atom.slices AND b.shares && p_atom.shares AND b.during && p_during
-           AND b.state IN ('provisional', 'active'));
-END
+           AND b.state IN ('provisional', 'active'))
 $$;
 COMMENT ON FUNCTION compute.atom_is_free(compute.atoms, tstzrange) IS 'No live booking overlaps the atom''s slices and shares during the window.';
 
 CREATE FUNCTION compute.atom_is_schedulable(p_atom compute.atoms, p_during tstzrange)
 RETURNS boolean
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    RETURN p_atom.valid @> p_during
+    SELECT p_atom.valid @> p_during
        AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_atom.node_id)
-       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present);
-END
+       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present)
 $$;
 COMMENT ON FUNCTION compute.atom_is_schedulable(compute.atoms, tstzrange) IS 'Valid for the whole window, on a present GPU of a node without flags.';
 
@@ -64,25 +58,14 @@ AS $$
 DECLARE
     v_candidates compute.placement_candidate[];
 BEGIN
-    -- Two statements, one per order, so that each walks its own index (atoms_pack_order,
-    -- atoms_spread_order) and stops after p_limit. Their filter is the same: it spells out
-    -- compute.atom_is_schedulable and compute.atom_is_free, because calls of those (not inlinable:
-    -- they hold subqueries) cost a function call per scanned atom; `valid @> window` is written as
-    -- bounds so as not to steer the planner to atoms_disjoint; OFFSET 0 keeps the bookings check a
-    -- per-atom probe of bookings_exclusive instead of a join over every booking of the window.
+    -- Two statements, one per order, so that each walks its own index (atoms_pack_order, atoms_spread_order).
     IF p_spread THEN
         SELECT pg_catalog.array_agg(ROW(c.atom_id, c.node_id, c.device_id, d.uuid, d.nvlink_peers, c.node_rank, c.device_index,
                                         lower(c.slices), c.slot)::compute.placement_candidate)
           INTO v_candidates
           FROM (SELECT a.* FROM compute.atoms AS a
                  WHERE a.pool_id = p_pool_id AND a.shape = p_shape AND NOT (a.device_id = ANY (p_skip))
-                   AND lower(a.valid) <= lower(p_during) AND (upper_inf(a.valid) OR upper(a.valid) >= upper(p_during))
-                   AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
-                   AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
-                   AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
-                                    WHERE b.site_id = a.site_id AND b.device_id = a.device_id AND b.slices && a.slices
-                                      AND b.shares && a.shares AND b.during && p_during AND b.state IN ('provisional', 'active')
-                                   OFFSET 0)
+                   AND compute.atom_is_schedulable(a, p_during) AND compute.atom_is_free(a, p_during)
                  ORDER BY a.pool_id, a.shape, a.device_index, a.node_rank, a.slices, a.slot
                  LIMIT p_limit) AS c
           JOIN compute.devices AS d ON d.device_id = c.device_id;
@@ -92,13 +75,7 @@ BEGIN
           INTO v_candidates
           FROM (SELECT a.* FROM compute.atoms AS a
                  WHERE a.pool_id = p_pool_id AND a.shape = p_shape AND NOT (a.device_id = ANY (p_skip))
-                   AND lower(a.valid) <= lower(p_during) AND (upper_inf(a.valid) OR upper(a.valid) >= upper(p_during))
-                   AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
-                   AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
-                   AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
-                                    WHERE b.site_id = a.site_id AND b.device_id = a.device_id AND b.slices && a.slices
-                                      AND b.shares && a.shares AND b.during && p_during AND b.state IN ('provisional', 'active')
-                                   OFFSET 0)
+                   AND compute.atom_is_schedulable(a, p_during) AND compute.atom_is_free(a, p_during)
                  ORDER BY a.pool_id, a.shape, a.node_rank, a.device_index, a.slices, a.slot
                  LIMIT p_limit) AS c
           JOIN compute.devices AS d ON d.device_id = c.device_id;
@@ -112,15 +89,12 @@ COMMENT ON FUNCTION compute.place_candidates(uuid, text, tstzrange, boolean, uui
 CREATE FUNCTION compute.place_choose(p_candidates compute.placement_candidate[], p_count integer, p_during tstzrange,
                                      p_pack boolean, p_same_node boolean)
 RETURNS uuid[]
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    RETURN (WITH c AS (
+    WITH c AS (
         SELECT x.*,
-               CASE WHEN p_count > 1   -- NVLink peers matter only to multi-atom requests
-                    THEN (SELECT count(*) FROM pg_catalog.unnest(p_candidates) AS y
-                           WHERE y.node_id = x.node_id AND y.device_id <> x.device_id AND y.device_uuid = ANY (x.nvlink_peers))
-                    ELSE 0 END AS peer_score
+               (SELECT count(*) FROM pg_catalog.unnest(p_candidates) AS y
+                 WHERE y.node_id = x.node_id AND y.device_id <> x.device_id AND y.device_uuid = ANY (x.nvlink_peers)) AS peer_score
           FROM pg_catalog.unnest(p_candidates) AS x
     ), nodes AS (
         SELECT c.node_id, count(*) AS free, min(c.node_rank) AS rank,
@@ -143,8 +117,7 @@ BEGIN
         WHEN (SELECT count(*) FROM picked WHERE k <= p_count) < p_count THEN NULL
         WHEN p_same_node AND (SELECT max(node_order) FROM picked WHERE k <= p_count) > 1 THEN NULL
         ELSE (SELECT pg_catalog.array_agg(atom_id ORDER BY k) FROM picked WHERE k <= p_count)
-    END);
-END
+    END
 $$;
 COMMENT ON FUNCTION compute.place_choose(compute.placement_candidate[], integer, tstzrange, boolean, boolean) IS
     'Step 2 of placement: the atoms to take, or NULL when the candidates cannot meet the request.';
@@ -192,13 +165,14 @@ DECLARE
     v_locked     uuid[];
     v_attempt    integer;
 BEGIN
-    v_pack := (compute.pool_get(p_pool_id)).placement_policy = 'pack';
+    SELECT p.placement_policy = 'pack' INTO v_pack FROM compute.pools AS p WHERE p.pool_id = p_pool_id;
+    IF v_pack IS NULL THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_pool_id), 'Pass an existing pool.');
+    END IF;
     FOR v_attempt IN 1..3 LOOP
         -- 1-2. candidates and choice.
-        -- Spread order (GPU index across nodes) suits single atoms; a multi-atom request needs
-        -- candidates node by node to find a node that fits, and spread then takes the least used.
-        v_candidates := compute.place_candidates(p_pool_id, p_shape, p_during, NOT v_pack AND p_count = 1, v_skip,
-                                                 greatest(compute.limit('placement_candidates'), p_count * 8));
+        v_candidates := compute.place_candidates(p_pool_id, p_shape, p_during, NOT v_pack, v_skip,
+                                                 greatest(compute.limit('placement_candidates'), p_count));
         v_chosen := compute.place_choose(v_candidates, p_count, p_during, v_pack, p_same_node);
         EXIT WHEN v_chosen IS NULL;
         SELECT pg_catalog.array_agg(DISTINCT a.device_id) INTO v_devices FROM compute.atoms AS a WHERE a.atom_id = ANY (v_chosen);

@@ -10,19 +10,18 @@ BEGIN;
 --   max_atoms            peak number of the tenant's live atoms at any instant of the window
 --   gpu_hours_per_month  per calendar month (UTC): GPU-hours of live and released bookings, past and
 --                        future, plus the request's share of that month
--- Windows are compared through lower()/upper() so that both counts use the btree index
--- bookings_tenant_pool (tenant, pool, end of window): a few pages per tenant, however long the history.
 SET LOCAL ROLE bc_owner;
 
 CREATE FUNCTION compute.month_hours(p_during tstzrange, p_month_start timestamptz)
 RETURNS numeric
 LANGUAGE sql IMMUTABLE
 AS $$
-    -- Hours of p_during inside the calendar month starting at p_month_start (UTC); one expression
-    -- (an empty intersection has NULL bounds), so the planner inlines it.
-    SELECT coalesce(extract(epoch FROM
-               upper(p_during * tstzrange(p_month_start, (p_month_start AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC'))
-             - lower(p_during * tstzrange(p_month_start, (p_month_start AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC'))) / 3600, 0)
+    -- Hours of p_during inside the calendar month starting at p_month_start (UTC).
+    SELECT coalesce(extract(epoch FROM upper(r) - lower(r)) / 3600, 0)
+      FROM (SELECT p_during * tstzrange(p_month_start, (p_month_start AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC') AS r) AS x
+     WHERE NOT isempty(r)
+    UNION ALL SELECT 0
+    LIMIT 1
 $$;
 COMMENT ON FUNCTION compute.month_hours(tstzrange, timestamptz) IS 'Hours of a window inside one UTC calendar month.';
 
@@ -54,15 +53,15 @@ BEGIN
             SELECT coalesce(max(held), 0) INTO v_peak
               FROM (SELECT t, (SELECT count(*) FROM compute.bookings AS b
                                 WHERE b.tenant_id = p_tenant_id AND b.pool_id = p_pool_id
-                                  AND b.state IN ('provisional', 'active') AND upper(b.during) > t AND lower(b.during) <= t
+                                  AND b.state IN ('provisional', 'active') AND b.during @> t
                                   AND (v_quota.project_id IS NULL OR b.project_id = v_quota.project_id)
                                   AND b.reservation_id IS DISTINCT FROM p_excluding) AS held
                       FROM (SELECT lower(p_during) AS t
                             UNION
                             SELECT lower(b.during) FROM compute.bookings AS b
                              WHERE b.tenant_id = p_tenant_id AND b.pool_id = p_pool_id
-                               AND b.state IN ('provisional', 'active') AND upper(b.during) > lower(p_during)
-                               AND lower(b.during) >= lower(p_during) AND lower(b.during) < upper(p_during)) AS instants) AS counts;
+                               AND b.state IN ('provisional', 'active') AND b.during && p_during
+                               AND p_during @> lower(b.during)) AS instants) AS counts;
             IF v_peak + p_atoms > v_quota.max_atoms THEN
                 PERFORM compute.raise_error('QUOTA_EXCEEDED',
                     pg_catalog.format('%s quota of %s concurrent atoms in this pool would be exceeded', v_scope, v_quota.max_atoms),
@@ -84,7 +83,7 @@ BEGIN
                   FROM compute.bookings AS b
                  WHERE b.tenant_id = p_tenant_id AND b.pool_id = p_pool_id
                    AND b.state IN ('provisional', 'active', 'released')
-                   AND upper(b.during) > v_month AND lower(b.during) < (v_month AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC'
+                   AND b.during && tstzrange(v_month, (v_month AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC')
                    AND (v_quota.project_id IS NULL OR b.project_id = v_quota.project_id)
                    AND b.reservation_id IS DISTINCT FROM p_excluding;
                 IF v_used + v_asked > v_quota.gpu_hours_per_month THEN

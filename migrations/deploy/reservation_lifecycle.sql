@@ -60,13 +60,11 @@ COMMENT ON FUNCTION compute.request_timestamp(jsonb, text, boolean) IS 'A time f
 
 CREATE FUNCTION compute.atom_cdi_name(p_atom_id uuid)
 RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 AS $$
--- The CDI device name a node exposes for an atom (kind nvidia.com/gpu): a whole GPU or slot by
--- the GPU's uuid, a MIG instance by its MIG uuid when the inventory reports one, else GPU:placement.
--- (PL/pgSQL, like the other per-reservation helpers: its plan is kept instead of made per call.)
-BEGIN
-    RETURN (SELECT 'nvidia.com/gpu=' || CASE a.kind
+    -- The CDI device name a node exposes for an atom (kind nvidia.com/gpu): a whole GPU or slot by
+    -- the GPU's uuid, a MIG instance by its MIG uuid when the inventory reports one, else GPU:placement.
+    SELECT 'nvidia.com/gpu=' || CASE a.kind
         WHEN 'mig' THEN coalesce(
             (SELECT i ->> 'uuid'
                FROM compute.nodes AS n, pg_catalog.jsonb_array_elements(n.inventory -> 'devices') AS dev,
@@ -76,24 +74,20 @@ BEGIN
             d.index || ':' || a.placement)
         ELSE d.uuid END
       FROM compute.atoms AS a JOIN compute.devices AS d ON d.device_id = a.device_id
-     WHERE a.atom_id = p_atom_id);
-END
+     WHERE a.atom_id = p_atom_id
 $$;
 COMMENT ON FUNCTION compute.atom_cdi_name(uuid) IS 'CDI device name of an atom (nvidia.com/gpu=...).';
 
 CREATE FUNCTION compute.reservation_document(p_reservation_id uuid)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 AS $$
-DECLARE
-    v_now timestamptz := compute.compute_now();
-BEGIN
-    RETURN (SELECT pg_catalog.jsonb_build_object(
+    SELECT pg_catalog.jsonb_build_object(
         'reservation_id', r.reservation_id, 'tenant_id', r.tenant_id, 'project_id', r.project_id,
         'pool_id', r.pool_id, 'shape', r.shape, 'count', r.count, 'state', r.state,
         'phase', CASE WHEN r.state NOT IN ('provisional', 'active') THEN 'ended'
-                      WHEN upper(r.during) <= v_now THEN 'ended'
-                      WHEN lower(r.during) > v_now THEN 'upcoming' ELSE 'running' END,
+                      WHEN upper(r.during) <= compute.compute_now() THEN 'ended'
+                      WHEN lower(r.during) > compute.compute_now() THEN 'upcoming' ELSE 'running' END,
         'start', lower(r.during), 'end', upper(r.during), 'same_node', r.same_node,
         'expires_at', r.expires_at, 'hold_until', r.hold_until, 'created_at', r.created_at,
         'ended_at', r.ended_at, 'end_reason', r.end_reason,
@@ -109,8 +103,7 @@ BEGIN
               JOIN compute.nodes AS n ON n.node_id = b.node_id
              WHERE b.reservation_id = r.reservation_id), '[]'))
       FROM compute.reservations AS r
-     WHERE r.reservation_id = p_reservation_id);
-END
+     WHERE r.reservation_id = p_reservation_id
 $$;
 COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (DESIGN §17).';
 
@@ -145,7 +138,11 @@ BEGIN
     END IF;
     v_tenant_id := compute.request_field(p_request, 'tenant_id', 'uuid', true) #>> '{}';
     v_project_id := compute.request_field(p_request, 'project_id', 'uuid', false) #>> '{}';
-    v_pool := compute.pool_get((compute.request_field(p_request, 'pool_id', 'uuid', true) #>> '{}')::uuid);
+    SELECT * INTO v_pool FROM compute.pools AS p
+     WHERE p.pool_id = (compute.request_field(p_request, 'pool_id', 'uuid', true) #>> '{}')::uuid;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', p_request ->> 'pool_id'), 'List the pools you may use.');
+    END IF;
     v_shape := compute.request_field(p_request, 'shape', 'string', true) #>> '{}';
     v_count := coalesce(compute.request_field(p_request, 'count', 'integer', false)::integer, 1);
     v_start := coalesce(compute.request_timestamp(p_request, 'start', false), v_now);
@@ -398,12 +395,6 @@ BEGIN
     IF v_reservation.state NOT IN ('provisional', 'active') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s is %s', p_reservation_id, v_reservation.state),
             'Reserve again.');
-    END IF;
-    -- A lease that lapsed is over, whether or not the expiry sweep has run yet.
-    IF v_reservation.hold_until <= compute.compute_now() THEN
-        PERFORM compute.raise_error('CAPACITY_CONFLICT',
-            pg_catalog.format('the lease of reservation %s lapsed at %s', p_reservation_id, v_reservation.hold_until),
-            'A lease holds only while it is renewed in time; reserve again.');
     END IF;
     UPDATE compute.reservations SET hold_until = compute.compute_now() + hold_seconds * interval '1 second'
      WHERE reservation_id = p_reservation_id;

@@ -69,7 +69,7 @@ CREATE TABLE compute.bookings (
 );
 CREATE INDEX bookings_reservation ON compute.bookings (reservation_id);
 CREATE INDEX bookings_atom ON compute.bookings (atom_id);
-CREATE INDEX bookings_tenant_pool ON compute.bookings (tenant_id, pool_id, upper(during))
+CREATE INDEX bookings_tenant_pool ON compute.bookings USING gist (tenant_id, pool_id, during)
     WHERE state IN ('provisional', 'active', 'released');
 CREATE INDEX bookings_node ON compute.bookings USING gist (node_id, during) WHERE state IN ('provisional', 'active');
 CREATE INDEX bookings_pool ON compute.bookings USING gist (pool_id, during) WHERE state IN ('provisional', 'active');

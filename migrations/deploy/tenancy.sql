@@ -24,21 +24,6 @@ CREATE TABLE compute.projects (
 );
 COMMENT ON TABLE compute.projects IS 'A project inside a tenant; quotas and reservations may name one.';
 
-CREATE FUNCTION compute.require_name(p_what text, p_name text)
-RETURNS text
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    -- The one rule for names of projects, sites and pools (their tables CHECK the same pattern).
-    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid %s name %L', p_what, p_name),
-            'Use 1-63 characters: lower-case letters, digits, ".", "_" or "-", starting with a letter or digit.');
-    END IF;
-    RETURN p_name;
-END
-$$;
-COMMENT ON FUNCTION compute.require_name(text, text) IS 'The name, or INVALID_ARGUMENT unless it is 1-63 lower-case letters, digits, ".", "_", "-".';
-
 CREATE FUNCTION compute.tenant_ensure(p_tenant_id uuid, p_name text DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
@@ -47,15 +32,10 @@ BEGIN
     IF p_tenant_id IS NULL THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'tenant_id is required', 'Pass the Better IAM tenant id.');
     END IF;
-    -- Only a rename takes the tenant's row lock: reservations of one tenant must not queue here.
-    IF p_name IS NOT NULL THEN
-        UPDATE compute.tenants SET name = p_name WHERE tenant_id = p_tenant_id AND name IS DISTINCT FROM p_name;
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM compute.tenants AS t WHERE t.tenant_id = p_tenant_id) THEN
-        INSERT INTO compute.tenants (tenant_id, name, created_at)
-        VALUES (p_tenant_id, coalesce(p_name, p_tenant_id::text), compute.compute_now())
-        ON CONFLICT (tenant_id) DO NOTHING;
-    END IF;
+    INSERT INTO compute.tenants AS t (tenant_id, name, created_at)
+    VALUES (p_tenant_id, coalesce(p_name, p_tenant_id::text), compute.compute_now())
+    ON CONFLICT (tenant_id) DO UPDATE SET name = coalesce(p_name, t.name)
+        WHERE p_name IS NOT NULL AND t.name IS DISTINCT FROM p_name;
     RETURN p_tenant_id;
 END
 $$;
@@ -69,7 +49,10 @@ DECLARE
     v_project_id uuid;
 BEGIN
     PERFORM compute.tenant_ensure(p_tenant_id);
-    PERFORM compute.require_name('project', p_name);
+    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid project name %L', p_name),
+            'Use 1-63 characters: lower-case letters, digits, ".", "_" or "-", starting with a letter or digit.');
+    END IF;
     INSERT INTO compute.projects (project_id, tenant_id, name, created_at)
     VALUES (pg_catalog.gen_random_uuid(), p_tenant_id, p_name, compute.compute_now())
     ON CONFLICT (tenant_id, name) DO NOTHING

@@ -3,7 +3,6 @@
 BEGIN;
 
 DROP FUNCTION compute.capacity_earliest(uuid, text, integer, interval, timestamptz);
-DROP FUNCTION compute.capacity_earliest_start(uuid, text, integer, interval, timestamptz, timestamptz);
 DROP FUNCTION compute.capacity_free(uuid, text, timestamptz, timestamptz);
 
 COMMIT;

@@ -4,8 +4,6 @@ BEGIN;
 
 DROP FUNCTION compute.pool_create(uuid, text, text, text);
 DROP FUNCTION compute.site_create(text);
-DROP FUNCTION compute.node_get(uuid);
-DROP FUNCTION compute.pool_get(uuid);
 DROP TABLE compute.devices;
 DROP TABLE compute.node_flags;
 DROP TABLE compute.nodes;

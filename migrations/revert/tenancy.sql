@@ -4,7 +4,6 @@ BEGIN;
 
 DROP FUNCTION compute.project_create(uuid, text);
 DROP FUNCTION compute.tenant_ensure(uuid, text);
-DROP FUNCTION compute.require_name(text, text);
 DROP TABLE compute.projects;
 DROP TABLE compute.tenants;
 

@@ -4,10 +4,15 @@ A DBA with Sqitch runs `sqitch deploy` on the same folder. Our runner reads `sqi
 yoyo one migration per change: the deploy script to apply, the revert script to roll back, the
 plan's dependencies as yoyo's. Sqitch scripts wrap themselves in BEGIN/COMMIT for psql; yoyo runs
 each migration in its own transaction, so those two lines are dropped when yoyo runs them.
+
+A tag (`@v0.3.0`) releases every change before it. Released scripts never change: `released.sha256`
+holds the digest of each released change's scripts, and `lock_problems` says where they differ
+(docs/migrations.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +37,7 @@ _CHANGE = re.compile(
     r"\s+(?P<planner>[^<]+?)\s+<(?P<email>[^>]*)>"
     r"(?:\s+#\s?(?P<note>.*))?$"
 )
+_TAG = re.compile(r"^@(?P<name>[^\s@:/\\]+)\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s")
 _TRANSACTION_LINE = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK)\s*;\s*$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -49,10 +55,17 @@ class Change:
         return top / kind / f"{self.name}.sql"
 
 
+@dataclass(frozen=True)
+class Tag:
+    name: str  # without the @
+    change: str  # the change it follows: the last one it releases
+
+
 @dataclass
 class Plan:
     project: str
     changes: list[Change] = field(default_factory=list)
+    tags: list[Tag] = field(default_factory=list)
 
     def change(self, name: str) -> Change:
         for change in self.changes:
@@ -60,13 +73,34 @@ class Plan:
                 return change
         raise PlanError(f"no change named {name!r} in the plan")
 
+    def upto(self, target: str) -> list[Change]:
+        """The changes up to and including `target`: a change's name or a tag (`@v0.2.0`)."""
+        if target.startswith("@"):
+            last = next((tag.change for tag in self.tags if tag.name == target[1:]), None)
+            if last is None:
+                raise PlanError(f"no tag {target!r} in the plan")
+        else:
+            last = self.change(target).name
+        names = [change.name for change in self.changes]
+        return self.changes[: names.index(last) + 1]
+
+    def released(self) -> list[Change]:
+        """The changes at or before the last tag: released, so their scripts never change."""
+        return self.upto(f"@{self.tags[-1].name}") if self.tags else []
+
 
 def read_plan(top: Path = MIGRATIONS_DIR) -> Plan:
     """Parse sqitch.plan: pragmas, changes with [dependencies], tags and comments."""
     plan = Plan(project="")
     for number, raw in enumerate((top / "sqitch.plan").read_text().splitlines(), start=1):
         line = raw.strip()
-        if not line or line.startswith("#") or line.startswith("@"):
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("@"):
+            tag = _TAG.match(line)
+            if not tag or not plan.changes:
+                raise PlanError(f"sqitch.plan:{number}: not a tag after a change: {line!r}")
+            plan.tags.append(Tag(tag["name"], plan.changes[-1].name))
             continue
         if line.startswith("%"):
             key, _, value = line[1:].partition("=")
@@ -142,23 +176,25 @@ def migration_lock(dsn: str) -> Iterator[None]:
         yield
 
 
-def migrate(dsn: str, top: Path = MIGRATIONS_DIR) -> list[str]:
-    """Apply every change not yet applied; return their names."""
+def migrate(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list[str]:
+    """Apply every change not yet applied (up to change or tag `to`); return their names."""
     backend = get_backend(yoyo_url(dsn))
     with migration_lock(dsn):
         pending = backend.to_apply(migrations(top))
+        if to is not None:
+            wanted = {change.name for change in read_plan(top).upto(to)}
+            pending = pending.filter(lambda migration: migration.id in wanted)
         backend.apply_migrations(pending)
     return [migration.id for migration in pending]
 
 
 def revert(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list[str]:
-    """Revert applied changes, newest first: all of them, or those after change `to`."""
+    """Revert applied changes, newest first: all of them, or those after change or tag `to`."""
     backend = get_backend(yoyo_url(dsn))
     with migration_lock(dsn):
         applied = backend.to_rollback(migrations(top))
         if to is not None:
-            names = [change.name for change in read_plan(top).changes]
-            keep = set(names[: names.index(read_plan(top).change(to).name) + 1])
+            keep = {change.name for change in read_plan(top).upto(to)}
             applied = applied.filter(lambda migration: migration.id not in keep)
         backend.rollback_migrations(applied)
     return [migration.id for migration in applied]
@@ -196,3 +232,60 @@ def load_declarative(dsn: str, sql_dir: Path = SQL_DIR) -> list[str]:
             conn.execute(path.read_text())
             conn.commit()
     return [path.name for path in files]
+
+
+LOCK_FILE = "released.sha256"
+LOCK_HEADER = """\
+# The scripts of every released change (at or before the last tag of sqitch.plan): the sha256 of its
+# deploy, revert and verify scripts, concatenated in that order, then its name. In migrations/,
+#   cat deploy/NAME.sql revert/NAME.sql verify/NAME.sql | sha256sum
+# prints the digest of change NAME.
+# A released change is history: databases have run it, and Sqitch and our runner never run it
+# again, so its scripts never change; change the schema with a new change (docs/migrations.md).
+# After adding a tag, `better-compute db lock` appends the changes it releases. It refuses to
+# rewrite a line: a line never changes (tests/test_released_migrations.py fails when a script does).
+"""
+
+
+def script_digest(change: Change, top: Path = MIGRATIONS_DIR) -> str:
+    """sha256 of the change's deploy, revert and verify scripts, concatenated in that order."""
+    digest = hashlib.sha256()
+    for kind in ("deploy", "revert", "verify"):
+        digest.update(change.script(kind, top).read_bytes())
+    return digest.hexdigest()
+
+
+def read_lock(top: Path = MIGRATIONS_DIR) -> dict[str, str]:
+    """released.sha256 as change name -> digest (empty when there is no such file)."""
+    path = top / LOCK_FILE
+    if not path.exists():
+        return {}
+    lines = [line.split() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return {name: digest for digest, name in lines}
+
+
+def lock_problems(top: Path = MIGRATIONS_DIR) -> list[str]:
+    """Where the released changes and released.sha256 disagree: an edited script, a released
+    change missing from the lock, a locked change no longer released under its name."""
+    released = read_plan(top).released()
+    locked = read_lock(top)
+    problems = [f"{change.name}: released, but its scripts differ from {LOCK_FILE}"
+                for change in released if change.name in locked and script_digest(change, top) != locked[change.name]]
+    problems += [f"{change.name}: released (tagged), but not in {LOCK_FILE}" for change in released if change.name not in locked]
+    names = {change.name for change in released}
+    problems += [f"{name}: in {LOCK_FILE}, but no released change has that name" for name in sorted(locked) if name not in names]
+    return problems
+
+
+def lock_released(top: Path = MIGRATIONS_DIR) -> list[str]:
+    """Add the released changes missing from released.sha256; return their names. Refuses (PlanError)
+    when a locked line disagrees with the plan: a released script never changes."""
+    locked = read_lock(top)
+    disagreements = [problem for problem in lock_problems(top) if not problem.endswith(f"not in {LOCK_FILE}")]
+    if disagreements:
+        raise PlanError("released changes disagree with the lock:\n" + "\n".join(disagreements))
+    added = {change.name: script_digest(change, top) for change in read_plan(top).released() if change.name not in locked}
+    entries = {**locked, **added}
+    lines = [f"{entries[name]}  {name}\n" for name in sorted(entries)]
+    (top / LOCK_FILE).write_text(LOCK_HEADER + "".join(lines))
+    return sorted(added)

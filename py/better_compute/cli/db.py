@@ -14,16 +14,19 @@ DsnOption = Annotated[str, typer.Option("--dsn", envvar="BETTER_COMPUTE_DSN", he
 
 
 @app.command("migrate")
-def migrate_command(dsn: DsnOption) -> None:
-    """Apply every change not yet applied."""
-    applied = migrate.migrate(dsn)
+def migrate_command(
+    dsn: DsnOption,
+    to: Annotated[str | None, typer.Option(help="Stop after this change or tag (e.g. @v0.3.0).")] = None,
+) -> None:
+    """Apply every change not yet applied (up to --to)."""
+    applied = migrate.migrate(dsn, to=to)
     typer.echo(f"applied: {', '.join(applied)}" if applied else "up to date")
 
 
 @app.command("revert")
 def revert_command(
     dsn: DsnOption,
-    to: Annotated[str | None, typer.Option(help="Keep this change and those before it.")] = None,
+    to: Annotated[str | None, typer.Option(help="Keep this change (or tag) and those before it.")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Revert applied changes, newest first (all of them unless --to)."""
@@ -48,3 +51,15 @@ def verify_command(dsn: DsnOption) -> None:
         typer.echo(f"{'ok  ' if error is None else 'FAIL'} {name}" + (f": {error}" if error else ""))
     if any(error for _, error in results):
         raise typer.Exit(1)
+
+
+@app.command("lock")
+def lock_command() -> None:
+    """After adding a tag: record the changes it releases in migrations/released.sha256.
+    Exits 1, changing nothing, when a released script differs from its recorded digest."""
+    try:
+        added = migrate.lock_released()
+    except migrate.PlanError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from error
+    typer.echo(f"locked: {', '.join(added)}" if added else "every released change is locked already")
