@@ -215,9 +215,7 @@ END
 $$;
 COMMENT ON FUNCTION compute.admission_slot_held(uuid, text, integer) IS 'Whether a pending admission holds a slot of the tenant (credential NULL) or of the credential.';
 
-DROP FUNCTION api.prepare(text, uuid, jsonb);
-
-CREATE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb, p_credential_sha256 text DEFAULT NULL)
+CREATE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb, p_credential_sha256 text)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = ''
@@ -331,6 +329,15 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.prepare(text, uuid, jsonb, text) IS 'Step 1 of admission: validate, write the admission (and provisional rows), answer the IAM request; pending admissions bounded per tenant and credential.';
+
+CREATE OR REPLACE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb)
+RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER
+SET search_path = ''
+AS $$
+    SELECT api.prepare(p_method, p_tenant_id, p_input, NULL::text);
+$$;
+COMMENT ON FUNCTION api.prepare(text, uuid, jsonb) IS 'api.prepare without a credential (ops.call, callers that have none): bounded per tenant only.';
 
 -- Inputs checked against the resource as it is now, before the IAM decision (api.prepare).
 UPDATE api.methods SET check_function = 'compute.api_reservations_extend_check(uuid, text, jsonb)' WHERE method = 'reservations.extend';

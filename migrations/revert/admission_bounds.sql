@@ -6,7 +6,7 @@ SET LOCAL ROLE bc_owner;
 
 DROP FUNCTION api.prepare(text, uuid, jsonb, text);
 
-CREATE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb)
+CREATE OR REPLACE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = ''
