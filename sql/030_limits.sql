@@ -51,7 +51,9 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('session_timeout_seconds',          30, 'seconds', 'A node session not heard from for this long shows Connected=False (nothing else changes).'),
     ('node_spec_tick_window_seconds',   600, 'seconds', 'How far back the spec tick looks for bookings that started or ended.'),
     ('node_spec_resend_seconds',         30, 'seconds', 'How long a connected node may leave a signed spec unconfirmed before it is sent again.'),
-    ('node_command_redelivery_seconds',  60, 'seconds', 'How long a delivered command may stay without a result before it is delivered again.');
+    ('node_command_redelivery_seconds',  60, 'seconds', 'How long a delivered command may stay without a result before it is delivered again.'),
+    ('admissions_pending_per_tenant',   256, 'count',   'Admissions waiting for their IAM decision, per tenant (more: QUOTA_EXCEEDED before anything is held).'),
+    ('admissions_pending_per_credential', 16, 'count',  'Admissions waiting for their IAM decision, per caller credential (more: QUOTA_EXCEEDED before anything is held).');
 
 CREATE FUNCTION compute.limit(p_name text)
 RETURNS bigint

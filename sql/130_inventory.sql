@@ -142,9 +142,10 @@ BEGIN
     FOR v_device IN SELECT d FROM pg_catalog.jsonb_array_elements(p_inventory -> 'devices') AS d ORDER BY (d ->> 'index')::integer LOOP
         SELECT * INTO v_known FROM compute.devices AS d WHERE d.uuid = v_device ->> 'uuid' FOR UPDATE;
         IF FOUND AND v_known.node_id <> v_node.node_id THEN
+            -- Worded the same whoever's node holds it: nothing says that it exists elsewhere.
             PERFORM compute.raise_error('INVALID_ARGUMENT',
-                pg_catalog.format('GPU %s is registered on another node', v_device ->> 'uuid'),
-                'A GPU moved between servers must be removed from its old node first.');
+                pg_catalog.format('GPU %s cannot be registered on node %s', v_device ->> 'uuid', p_name),
+                'A GPU moved between servers must be removed from its old node first; otherwise ask the operator.');
         END IF;
         INSERT INTO compute.devices AS d (device_id, site_id, node_id, uuid, index, pci_bus_id, model, memory_mib, numa_node,
                                           nvlink_peers, mig_supported, mig_profiles, layout, layout_since, present)

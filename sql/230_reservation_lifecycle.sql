@@ -122,6 +122,32 @@ END
 $$;
 COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (DESIGN §17).';
 
+CREATE FUNCTION compute.reservation_replay(p_tenant_id uuid, p_key text, p_hash text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_existing compute.reservations;
+BEGIN
+    -- The tenant's reservation under an idempotency key, as it is now (NULL: none); another request
+    -- under the same key is IDEMPOTENCY_MISMATCH naming the reservation the key belongs to.
+    IF p_key IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT * INTO v_existing FROM compute.reservations AS r WHERE r.tenant_id = p_tenant_id AND r.idempotency_key = p_key;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_existing.request_hash <> p_hash THEN
+        PERFORM compute.raise_error('IDEMPOTENCY_MISMATCH',
+            pg_catalog.format('idempotency key %L was used for a different request', p_key),
+            pg_catalog.format('Use a new key for a new request; the key belongs to reservation %s.', v_existing.reservation_id));
+    END IF;
+    RETURN compute.reservation_document(v_existing.reservation_id);
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_replay(uuid, text, text) IS 'The reservation a tenant''s idempotency key names (NULL: none); IDEMPOTENCY_MISMATCH for another request.';
+
 CREATE FUNCTION compute.reserve(p_request jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -131,6 +157,7 @@ DECLARE
     v_now        timestamptz := compute.compute_now();
     v_tenant_id  uuid;
     v_project_id uuid;
+    v_pool_id    uuid;
     v_pool       compute.pools;
     v_offering   compute.offerings;
     v_shape      text;
@@ -143,25 +170,45 @@ DECLARE
     v_hash       text;
     v_during     tstzrange;
     v_id         uuid := pg_catalog.gen_random_uuid();
-    v_existing   compute.reservations;
+    v_replay     jsonb;
     v_atoms      uuid[];
     v_fraction   numeric;
 BEGIN
-    -- Validate the request.
+    -- 1. The request's fields, each of its type (nothing here depends on the time or on the fleet).
     IF p_request IS NULL OR pg_catalog.jsonb_typeof(p_request) <> 'object' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a reservation request is a JSON object', 'See DESIGN §17 for its fields.');
     END IF;
     v_tenant_id := compute.request_field(p_request, 'tenant_id', 'uuid', true) #>> '{}';
     v_project_id := compute.request_field(p_request, 'project_id', 'uuid', false) #>> '{}';
-    v_pool := compute.pool_get((compute.request_field(p_request, 'pool_id', 'uuid', true) #>> '{}')::uuid);
+    v_pool_id := compute.request_field(p_request, 'pool_id', 'uuid', true) #>> '{}';
     v_shape := compute.request_field(p_request, 'shape', 'string', true) #>> '{}';
     v_count := coalesce(compute.request_field(p_request, 'count', 'integer', false)::integer, 1);
-    v_start := coalesce(compute.request_timestamp(p_request, 'start', false), v_now);
+    v_start := compute.request_timestamp(p_request, 'start', false);
     v_end := compute.request_timestamp(p_request, 'end', true);
     v_same_node := coalesce((compute.request_field(p_request, 'same_node', 'boolean', false))::boolean, false);
     v_hold := compute.request_field(p_request, 'hold_seconds', 'integer', false)::integer;
     v_key := compute.request_field(p_request, 'idempotency_key', 'string', false) #>> '{}';
+    IF length(v_key) NOT BETWEEN 1 AND 200 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'idempotency_key has 1 to 200 characters', 'Use 1 to 200 characters, e.g. a uuid.');
+    END IF;
 
+    -- 2. Idempotency first: a retry gets the stored answer, even once its window has started or ended.
+    v_hash := pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.jsonb_build_object(
+        'tenant_id', v_tenant_id, 'project_id', v_project_id, 'pool_id', v_pool_id, 'shape', v_shape, 'count', v_count,
+        'start', extract(epoch FROM v_start), 'end', extract(epoch FROM v_end),
+        'same_node', v_same_node, 'hold_seconds', v_hold)::text, 'UTF8')), 'hex');
+    v_replay := compute.reservation_replay(v_tenant_id, v_key, v_hash);
+    IF v_replay IS NOT NULL THEN
+        RETURN v_replay;
+    END IF;
+
+    -- 3. The pool (the tenant's: another tenant's pool reads as missing; an operator's site has no
+    --    tenant and is the operator's to book), its offering, and the window against now.
+    v_pool := compute.pool_get(v_pool_id);
+    IF (SELECT s.tenant_id FROM compute.sites AS s WHERE s.site_id = v_pool.site_id) <> v_tenant_id THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', v_pool_id),
+            'List the pools in ops.pool_capacity, or create one with compute.pool_create.');
+    END IF;
     SELECT * INTO v_offering FROM compute.offerings AS o
      WHERE o.pool_id = v_pool.pool_id AND o.shape = v_shape AND o.instance_kind = 'devices';
     IF NOT FOUND THEN
@@ -174,6 +221,7 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('count %s is out of range', v_count),
             pg_catalog.format('Ask for 1 to %s atoms of %s.', least(v_offering.max_count, compute.limit('atoms_per_reservation')), v_shape));
     END IF;
+    v_start := coalesce(v_start, v_now);
     IF v_start < v_now - interval '1 minute' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('start %s is in the past', v_start),
             'Omit start (or pass null) to begin now.');
@@ -194,12 +242,8 @@ BEGIN
     PERFORM compute.tenant_ensure(v_tenant_id);
     v_during := tstzrange(v_start, v_end);
 
-    -- Idempotency: the key is claimed by inserting the reservation; a concurrent holder of the same
-    -- key makes us wait for its commit, then we replay its answer (or report the mismatch).
-    v_hash := pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.jsonb_build_object(
-        'tenant_id', v_tenant_id, 'project_id', v_project_id, 'pool_id', v_pool.pool_id, 'shape', v_shape, 'count', v_count,
-        'start', extract(epoch FROM (p_request ->> 'start')::timestamptz), 'end', extract(epoch FROM v_end),
-        'same_node', v_same_node, 'hold_seconds', v_hold)::text, 'UTF8')), 'hex');
+    -- 4. Claim the key by inserting the reservation; a concurrent holder of the same key makes us
+    --    wait for its commit, then we replay its answer (or report the mismatch).
     INSERT INTO compute.reservations (reservation_id, tenant_id, project_id, site_id, pool_id, shape, count, during, same_node,
                                       state, expires_at, hold_seconds, hold_until, idempotency_key, request_hash, created_at)
     VALUES (v_id, v_tenant_id, v_project_id, v_pool.site_id, v_pool.pool_id, v_shape, v_count, v_during, v_same_node,
@@ -207,27 +251,27 @@ BEGIN
             v_now + v_hold * interval '1 second', v_key, v_hash, v_now)
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING;
     IF NOT FOUND THEN
-        SELECT * INTO v_existing FROM compute.reservations AS r WHERE r.tenant_id = v_tenant_id AND r.idempotency_key = v_key;
-        IF v_existing.request_hash <> v_hash THEN
-            PERFORM compute.raise_error('IDEMPOTENCY_MISMATCH',
-                pg_catalog.format('idempotency key %L was used for a different request', v_key),
-                pg_catalog.format('Use a new key for a new request; the key belongs to reservation %s.', v_existing.reservation_id));
-        END IF;
-        RETURN compute.reservation_document(v_existing.reservation_id);
+        RETURN compute.reservation_replay(v_tenant_id, v_key, v_hash);
     END IF;
 
-    -- Quota rows are locked before any device (lock order); counted once the atoms are known.
-    PERFORM 1 FROM compute.quotas AS q
-     WHERE q.tenant_id = v_tenant_id AND q.pool_id = v_pool.pool_id AND (q.project_id IS NULL OR q.project_id = v_project_id)
-     ORDER BY q.quota_id FOR UPDATE;
-
-    -- Place and book.
-    v_atoms := compute.place(v_pool.pool_id, v_shape, v_count, v_during, v_same_node);
-    INSERT INTO compute.bookings (reservation_id, tenant_id, project_id, site_id, pool_id, node_id, device_id, atom_id,
-                                  slices, shares, gpu_fraction, during, state)
-    SELECT v_id, v_tenant_id, v_project_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
-           a.slices, a.shares, a.gpu_fraction, v_during, 'provisional'
-      FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
+    -- 5. Quota rows are locked before any device (lock order); counted once the atoms are known.
+    --    Placement checked before booking, so an exclusion violation or a deadlock here is a race
+    --    lost to a concurrent booking: CAPACITY_CONFLICT, as the contract names it.
+    BEGIN
+        PERFORM 1 FROM compute.quotas AS q
+         WHERE q.tenant_id = v_tenant_id AND q.pool_id = v_pool.pool_id AND (q.project_id IS NULL OR q.project_id = v_project_id)
+         ORDER BY q.quota_id FOR UPDATE;
+        v_atoms := compute.place(v_pool.pool_id, v_shape, v_count, v_during, v_same_node);
+        INSERT INTO compute.bookings (reservation_id, tenant_id, project_id, site_id, pool_id, node_id, device_id, atom_id,
+                                      slices, shares, gpu_fraction, during, state)
+        SELECT v_id, v_tenant_id, v_project_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
+               a.slices, a.shares, a.gpu_fraction, v_during, 'provisional'
+          FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
+    EXCEPTION WHEN exclusion_violation OR deadlock_detected THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT',
+            pg_catalog.format('%s x %s in pool %s were taken by a concurrent reservation', v_count, v_shape, v_pool.name),
+            'Try again: placement looks for other free atoms; compute.capacity_earliest finds free windows.');
+    END;
     SELECT sum(a.gpu_fraction) INTO v_fraction FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
     PERFORM compute.quota_check(v_tenant_id, v_project_id, v_pool.pool_id, v_during, v_count, v_fraction, v_id);
     RETURN compute.reservation_document(v_id);
@@ -338,6 +382,42 @@ END
 $$;
 COMMENT ON FUNCTION compute.reservation_release(uuid) IS 'Release now: a running reservation ends now (history kept), a future one is cancelled, a provisional one void.';
 
+CREATE FUNCTION compute.reservation_extend_check(p_reservation compute.reservations, p_new_end timestamptz,
+                                                p_expected_end timestamptz)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_now timestamptz := compute.compute_now();
+    v_max interval;
+BEGIN
+    -- What an extension needs besides free atoms and quota: api.prepare asks it before the IAM
+    -- decision (on the row as it reads), compute.reservation_extend again under the row lock.
+    -- With expected_end, the change applies only to the end the caller saw (compare and set), so
+    -- two clients extending at once cannot undo each other unknowingly.
+    IF p_expected_end IS NOT NULL AND upper(p_reservation.during) IS DISTINCT FROM p_expected_end THEN
+        PERFORM compute.raise_error('GENERATION_CONFLICT',
+            pg_catalog.format('reservation %s ends at %s, not %s', p_reservation.reservation_id, upper(p_reservation.during), p_expected_end),
+            'Someone changed it meanwhile: read it again (reservations.get) and decide on its current end.');
+    END IF;
+    IF p_reservation.state NOT IN ('provisional', 'active') OR upper(p_reservation.during) <= v_now THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s has ended', p_reservation.reservation_id),
+            'Reserve again for a new window.');
+    END IF;
+    IF p_new_end IS NULL OR p_new_end <= greatest(lower(p_reservation.during), v_now) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the new end must come after the start and after now',
+            'To end a reservation now, release it.');
+    END IF;
+    SELECT least(o.max_duration, compute.limit('reservation_window_seconds') * interval '1 second') INTO v_max
+      FROM compute.offerings AS o
+     WHERE o.pool_id = p_reservation.pool_id AND o.shape = p_reservation.shape AND o.instance_kind = 'devices';
+    IF p_new_end - lower(p_reservation.during) > coalesce(v_max, interval '0') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the extended window is too long', pg_catalog.format('Windows of this offering last at most %s.', v_max));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_extend_check(compute.reservations, timestamptz, timestamptz) IS 'INVALID_ARGUMENT (or GENERATION_CONFLICT) unless a reservation may be extended to the new end.';
+
 CREATE FUNCTION compute.reservation_extend(p_reservation_id uuid, p_new_end timestamptz)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -345,26 +425,11 @@ AS $$
 -- Lock order: the reservation row, quota rows, devices (FOR UPDATE, device_id order).
 DECLARE
     v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
-    v_now         timestamptz := compute.compute_now();
     v_during      tstzrange;
-    v_max         interval;
     v_fraction    numeric;
     v_conflict    boolean;
 BEGIN
-    IF v_reservation.state NOT IN ('provisional', 'active') OR upper(v_reservation.during) <= v_now THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s has ended', p_reservation_id),
-            'Reserve again for a new window.');
-    END IF;
-    IF p_new_end IS NULL OR p_new_end <= greatest(lower(v_reservation.during), v_now) THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the new end must come after the start and after now',
-            'To end a reservation now, release it.');
-    END IF;
-    SELECT least(o.max_duration, compute.limit('reservation_window_seconds') * interval '1 second') INTO v_max
-      FROM compute.offerings AS o
-     WHERE o.pool_id = v_reservation.pool_id AND o.shape = v_reservation.shape AND o.instance_kind = 'devices';
-    IF p_new_end - lower(v_reservation.during) > coalesce(v_max, interval '0') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the extended window is too long', pg_catalog.format('Windows of this offering last at most %s.', v_max));
-    END IF;
+    PERFORM compute.reservation_extend_check(v_reservation, p_new_end, NULL);
     v_during := tstzrange(lower(v_reservation.during), p_new_end);
 
     PERFORM 1 FROM compute.quotas AS q
@@ -399,6 +464,30 @@ END
 $$;
 COMMENT ON FUNCTION compute.reservation_extend(uuid, timestamptz) IS 'Move a live reservation''s end; CAPACITY_CONFLICT or QUOTA_EXCEEDED when the longer window does not fit.';
 
+CREATE FUNCTION compute.reservation_renew_check(p_reservation compute.reservations)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- api.prepare asks this before the IAM decision, compute.reservation_renew again under the row lock.
+    IF p_reservation.hold_seconds IS NULL THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s holds without a lease', p_reservation.reservation_id),
+            'Only reservations made with hold_seconds are renewed.');
+    END IF;
+    IF p_reservation.state NOT IN ('provisional', 'active') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s is %s', p_reservation.reservation_id, p_reservation.state),
+            'Reserve again.');
+    END IF;
+    -- A lease that lapsed is over, whether or not the expiry sweep has run yet.
+    IF p_reservation.hold_until <= compute.compute_now() THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT',
+            pg_catalog.format('the lease of reservation %s lapsed at %s', p_reservation.reservation_id, p_reservation.hold_until),
+            'A lease holds only while it is renewed in time; reserve again.');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.reservation_renew_check(compute.reservations) IS 'INVALID_ARGUMENT (or CAPACITY_CONFLICT once lapsed) unless a reservation''s lease may be renewed.';
+
 CREATE FUNCTION compute.reservation_renew(p_reservation_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -406,20 +495,7 @@ AS $$
 DECLARE
     v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
 BEGIN
-    IF v_reservation.hold_seconds IS NULL THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s holds without a lease', p_reservation_id),
-            'Only reservations made with hold_seconds are renewed.');
-    END IF;
-    IF v_reservation.state NOT IN ('provisional', 'active') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s is %s', p_reservation_id, v_reservation.state),
-            'Reserve again.');
-    END IF;
-    -- A lease that lapsed is over, whether or not the expiry sweep has run yet.
-    IF v_reservation.hold_until <= compute.compute_now() THEN
-        PERFORM compute.raise_error('CAPACITY_CONFLICT',
-            pg_catalog.format('the lease of reservation %s lapsed at %s', p_reservation_id, v_reservation.hold_until),
-            'A lease holds only while it is renewed in time; reserve again.');
-    END IF;
+    PERFORM compute.reservation_renew_check(v_reservation);
     UPDATE compute.reservations SET hold_until = compute.compute_now() + hold_seconds * interval '1 second'
      WHERE reservation_id = p_reservation_id;
     RETURN compute.reservation_document(p_reservation_id);

@@ -8,6 +8,9 @@
 --             prepare_function(p_tenant_id uuid, p_input jsonb) RETURNS jsonb {"id", "attributes"}: writes
 --               provisional rows before the IAM decision (reservations.create); void_function(p_resource_id
 --               text) undoes them on a deny or when the admission expires.
+--             check_function(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS void: raises
+--               before the IAM decision when the input cannot apply to the resource as it is now
+--               (reservations.extend, renew); the function checks again at admit, under its locks.
 -- resource_key names the input field that holds the resource's id; NULL: a new resource (mutations,
 -- its id made at prepare) or every resource of the type (reads, "*"). parent_key names the field
 -- that holds the parent's id, checked to be the tenant's before anything else happens.
@@ -27,11 +30,13 @@ CREATE TABLE api.methods (
     prepare_function regprocedure,
     void_function    regprocedure,
     event_type       text CHECK (event_type ~ '^[a-z_]+\.[a-z_]+$'),
+    check_function   regprocedure,
     CHECK (action = 'compute:' || replace(method, '.', ':')),
     CHECK (resource_key IS NULL OR input_schema -> 'properties' ? resource_key),
     CHECK (parent_key IS NULL OR (parent_type IS NOT NULL AND input_schema -> 'properties' ? parent_key)),
     CHECK (kind = 'mutation' OR (prepare_function IS NULL AND void_function IS NULL AND event_type IS NULL)),
-    CHECK ((prepare_function IS NULL) = (void_function IS NULL))
+    CHECK ((prepare_function IS NULL) = (void_function IS NULL)),
+    CONSTRAINT methods_check_function_of_mutation CHECK (kind = 'mutation' OR check_function IS NULL)
 );
 COMMENT ON TABLE api.methods IS 'The API: one row per method (action compute:{group}:{verb}, resource type, read or mutation, its SQL functions, its input JSON Schema).';
 

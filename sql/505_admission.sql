@@ -8,8 +8,12 @@
 -- An admission never admitted (its relay died) is voided by compute.admissions_expire (worker sweep)
 -- after admission_seconds. Idempotency: (tenant, method, idempotency_key) of a pending or admitted
 -- admission answers that admission; another request under the same key is IDEMPOTENCY_MISMATCH.
--- Lock order: the idempotency key (advisory, transaction), the admission row, then what the
--- method's functions lock (reservation, quota rows, devices).
+-- Pending admissions are bounded per tenant and per caller credential (admissions_pending_per_*):
+-- each pending admission holds a numbered slot of its tenant and of its credential, so provisional
+-- rows written before IAM has said who the caller is stay within those bounds, exactly.
+-- Lock order: the idempotency key (advisory, transaction), the admission row, the slots (advisory,
+-- transaction, never waited for), then what the method's functions lock (reservation, quota rows,
+-- devices).
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.admissions (
@@ -30,6 +34,9 @@ CREATE TABLE compute.admissions (
     decision        jsonb,
     result          jsonb,
     audit_event_id  bigint,
+    credential_sha256 text CHECK (credential_sha256 ~ '^[0-9a-f]{64}$'),
+    tenant_slot     integer,
+    credential_slot integer,
     CHECK ((state = 'pending') = (decided_at IS NULL))
 );
 CREATE UNIQUE INDEX admissions_idempotency ON compute.admissions (tenant_id, method, idempotency_key)
@@ -37,6 +44,9 @@ CREATE UNIQUE INDEX admissions_idempotency ON compute.admissions (tenant_id, met
 CREATE INDEX admissions_pending ON compute.admissions (expires_at) WHERE state = 'pending';
 CREATE INDEX admissions_pending_resource ON compute.admissions (resource_id) WHERE state = 'pending';
 CREATE INDEX admissions_decided ON compute.admissions (decided_at) WHERE state <> 'pending';
+CREATE UNIQUE INDEX admissions_pending_tenant_slot ON compute.admissions (tenant_id, tenant_slot) WHERE state = 'pending';
+CREATE UNIQUE INDEX admissions_pending_credential_slot ON compute.admissions (credential_sha256, credential_slot)
+    WHERE state = 'pending' AND credential_sha256 IS NOT NULL;
 COMMENT ON TABLE compute.admissions IS 'One row per mutation request: the exact request IAM decides on, the decision, the result (for idempotent replays).';
 
 -- -- resources: whose is it, what is it ------------------------------------------------------------
@@ -138,7 +148,49 @@ AS $$
 $$;
 COMMENT ON FUNCTION compute.iam_request(uuid, api.methods, text, jsonb) IS 'The IAM request of a method on a resource (Better IAM''s authorize body).';
 
-CREATE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb)
+CREATE FUNCTION compute.admission_slot(p_tenant_id uuid, p_credential text)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+-- The lowest free slot of the tenant's pending admissions (p_credential NULL), else of the
+-- credential's: from 1 to the bound, one that no pending admission holds and no transaction in
+-- flight is taking (an advisory lock per slot, tried, never waited for, taken only on a slot that
+-- looks free). NULL when every slot is taken.
+DECLARE
+    v_owner text := coalesce(p_credential, p_tenant_id::text);
+    v_limit bigint := compute.limit(CASE WHEN p_credential IS NULL THEN 'admissions_pending_per_tenant'
+                                         ELSE 'admissions_pending_per_credential' END);
+BEGIN
+    FOR v_slot IN 1..v_limit LOOP
+        IF NOT compute.admission_slot_held(p_tenant_id, p_credential, v_slot)
+           AND pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('admission-slot/' || v_owner || '/' || v_slot, 0)) THEN
+            -- A slot that looked free may have been committed by its taker since: read it again.
+            IF NOT compute.admission_slot_held(p_tenant_id, p_credential, v_slot) THEN
+                RETURN v_slot;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.admission_slot(uuid, text) IS 'A free pending-admission slot of a tenant (credential NULL) or of a credential; NULL when all are taken.';
+
+CREATE FUNCTION compute.admission_slot_held(p_tenant_id uuid, p_credential text, p_slot integer)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_credential IS NULL THEN
+        RETURN EXISTS (SELECT 1 FROM compute.admissions AS a
+                        WHERE a.state = 'pending' AND a.tenant_id = p_tenant_id AND a.tenant_slot = p_slot);
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM compute.admissions AS a
+                    WHERE a.state = 'pending' AND a.credential_sha256 = p_credential AND a.credential_slot = p_slot);
+END
+$$;
+COMMENT ON FUNCTION compute.admission_slot_held(uuid, text, integer) IS 'Whether a pending admission holds a slot of the tenant (credential NULL) or of the credential.';
+
+CREATE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb, p_credential_sha256 text)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = ''
@@ -154,11 +206,17 @@ DECLARE
     v_existing    compute.admissions;
     v_prepared    jsonb;
     v_admission   uuid := pg_catalog.gen_random_uuid();
+    v_tenant_slot integer;
+    v_credential_slot integer;
 BEGIN
-    -- 1. The method, the tenant and the input's shape.
+    -- 1. The method, the tenant, the caller's credential (its SHA-256, as the relay sends it) and the input's shape.
     v_method := compute.method_get(p_method);
     IF p_tenant_id IS NULL THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'no tenant', 'Send X-Tenant-Id (the Better IAM tenant you act in).');
+    END IF;
+    IF p_credential_sha256 !~ '^[0-9a-f]{64}$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the credential fingerprint is not a SHA-256',
+            'Pass the lowercase hex SHA-256 of the caller''s bearer token (64 characters), or NULL.');
     END IF;
     PERFORM compute.input_check(v_method.input_schema, p_input);
     v_attributes := p_input - 'idempotency_key';
@@ -179,7 +237,10 @@ BEGIN
             'iam', compute.iam_request(p_tenant_id, v_method, coalesce(v_resource_id, '*'), v_attributes));
     END IF;
 
-    -- 3. Idempotency: one admission per key (serialised on the key), replayed for the same request.
+    -- 3. Idempotency: one admission per key (serialised on the key), replayed for the same request
+    --    while admit can still find it: a decided one no later than admission_seconds before the
+    --    expiry sweep may prune it, a pending one until it expires. Older ones are ended here (their
+    --    key is free again) and the request is admitted anew.
     v_key := compute.input_text(p_input, 'idempotency_key', false);
     IF v_key IS NOT NULL AND length(v_key) NOT BETWEEN 1 AND 200 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'idempotency_key has 1 to 200 characters', 'Use a uuid.');
@@ -188,19 +249,46 @@ BEGIN
     IF v_key IS NOT NULL THEN
         PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(p_tenant_id::text || '/' || p_method || '/' || v_key, 0));
         SELECT * INTO v_existing FROM compute.admissions AS a
-         WHERE a.tenant_id = p_tenant_id AND a.method = p_method AND a.idempotency_key = v_key AND a.state IN ('pending', 'admitted');
-        IF FOUND THEN
-            IF v_existing.request_hash <> v_hash THEN
-                PERFORM compute.raise_error('IDEMPOTENCY_MISMATCH',
-                    pg_catalog.format('idempotency key %L was used for another request', v_key),
-                    'Use a new idempotency_key for a different request.');
-            END IF;
+         WHERE a.tenant_id = p_tenant_id AND a.method = p_method AND a.idempotency_key = v_key AND a.state IN ('pending', 'admitted')
+           FOR UPDATE;
+        IF FOUND AND v_existing.request_hash <> v_hash THEN
+            PERFORM compute.raise_error('IDEMPOTENCY_MISMATCH',
+                pg_catalog.format('idempotency key %L was used for another request', v_key),
+                'Use a new idempotency_key for a different request.');
+        ELSIF FOUND AND v_existing.state = 'pending' AND v_existing.expires_at <= v_now THEN
+            PERFORM compute.admission_end(v_existing, 'expired', NULL);
+        ELSIF FOUND AND v_existing.state = 'admitted' AND v_existing.decided_at < v_now
+                  - (compute.limit('admission_retention_seconds') - compute.limit('admission_seconds')) * interval '1 second' THEN
+            DELETE FROM compute.admissions AS a WHERE a.admission_id = v_existing.admission_id;
+        ELSIF FOUND THEN
             RETURN pg_catalog.jsonb_build_object('admission_id', v_existing.admission_id,
                 'iam', compute.iam_request(p_tenant_id, v_method, v_existing.resource_id, v_existing.attributes));
         END IF;
     END IF;
 
-    -- 4. Provisional rows (reservations.create) or a fresh id for a new resource.
+    -- 4. What the input asks of the resource as it is now (reservations.extend, renew).
+    IF v_method.check_function IS NOT NULL THEN
+        EXECUTE pg_catalog.format('SELECT %s($1, $2, $3)', v_method.check_function::regproc) USING p_tenant_id, v_resource_id, p_input;
+    END IF;
+
+    -- 5. A slot of the tenant's and of the credential's pending admissions, before anything is held:
+    --    requests whose caller IAM has not decided on yet hold at most that many admissions.
+    v_tenant_slot := compute.admission_slot(p_tenant_id, NULL);
+    IF v_tenant_slot IS NULL THEN
+        PERFORM compute.raise_error('QUOTA_EXCEEDED',
+            pg_catalog.format('this tenant has %s requests waiting for their IAM decision', compute.limit('admissions_pending_per_tenant')),
+            'Send the request again in a few seconds (admissions_pending_per_tenant in ops.limits).');
+    END IF;
+    IF p_credential_sha256 IS NOT NULL THEN
+        v_credential_slot := compute.admission_slot(p_tenant_id, p_credential_sha256);
+        IF v_credential_slot IS NULL THEN
+            PERFORM compute.raise_error('QUOTA_EXCEEDED',
+                pg_catalog.format('this credential has %s requests waiting for their IAM decision', compute.limit('admissions_pending_per_credential')),
+                'Wait for an answer before sending more (admissions_pending_per_credential in ops.limits).');
+        END IF;
+    END IF;
+
+    -- 6. Provisional rows (reservations.create) or a fresh id for a new resource.
     IF v_method.prepare_function IS NOT NULL THEN
         EXECUTE pg_catalog.format('SELECT %s($1, $2)', v_method.prepare_function::regproc) INTO v_prepared USING p_tenant_id, p_input;
         v_resource_id := v_prepared ->> 'id';
@@ -208,14 +296,23 @@ BEGIN
     END IF;
     v_resource_id := coalesce(v_resource_id, pg_catalog.gen_random_uuid()::text);
     INSERT INTO compute.admissions (admission_id, method, tenant_id, resource_id, parent_id, input, attributes, request_hash,
-                                    idempotency_key, state, created_at, expires_at)
+                                    idempotency_key, state, created_at, expires_at, credential_sha256, tenant_slot, credential_slot)
     VALUES (v_admission, p_method, p_tenant_id, v_resource_id, v_parent_id, p_input, v_attributes, v_hash, v_key, 'pending', v_now,
-            v_now + compute.limit('admission_seconds') * interval '1 second');
+            v_now + compute.limit('admission_seconds') * interval '1 second', p_credential_sha256, v_tenant_slot, v_credential_slot);
     RETURN pg_catalog.jsonb_build_object('admission_id', v_admission,
         'iam', compute.iam_request(p_tenant_id, v_method, v_resource_id, v_attributes));
 END
 $$;
-COMMENT ON FUNCTION api.prepare(text, uuid, jsonb) IS 'Step 1 of admission: validate, write the admission (and provisional rows), answer the IAM request.';
+COMMENT ON FUNCTION api.prepare(text, uuid, jsonb, text) IS 'Step 1 of admission: validate, write the admission (and provisional rows), answer the IAM request; pending admissions bounded per tenant and credential.';
+
+CREATE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb)
+RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER
+SET search_path = ''
+AS $$
+    SELECT api.prepare(p_method, p_tenant_id, p_input, NULL::text);
+$$;
+COMMENT ON FUNCTION api.prepare(text, uuid, jsonb) IS 'api.prepare without a credential (ops.call, callers that have none): bounded per tenant only.';
 
 -- -- admit ------------------------------------------------------------------------------------------
 

@@ -63,24 +63,28 @@ CREATE FUNCTION compute.api_reservations_extend(p_tenant_id uuid, p_resource_id 
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_expected    timestamptz := compute.request_timestamp(p_input, 'expected_end', false);
-    v_reservation compute.reservations;
 BEGIN
-    -- Compare and set: with expected_end, the change applies only to the end the caller saw, so
-    -- two clients extending at once cannot undo each other unknowingly.
-    IF v_expected IS NOT NULL THEN
-        v_reservation := compute.reservation_lock(p_resource_id::uuid);
-        IF upper(v_reservation.during) IS DISTINCT FROM v_expected THEN
-            PERFORM compute.raise_error('GENERATION_CONFLICT',
-                pg_catalog.format('reservation %s ends at %s, not %s', p_resource_id, upper(v_reservation.during), v_expected),
-                'Someone changed it meanwhile: read it again (reservations.get) and decide on its current end.');
-        END IF;
-    END IF;
+    -- Compare and set with expected_end, under the row lock (compute.reservation_extend_check).
+    PERFORM compute.reservation_extend_check(compute.reservation_lock(p_resource_id::uuid),
+        compute.request_timestamp(p_input, 'end', true), compute.request_timestamp(p_input, 'expected_end', false));
     RETURN compute.reservation_extend(p_resource_id::uuid, compute.request_timestamp(p_input, 'end', true));
 END
 $$;
 COMMENT ON FUNCTION compute.api_reservations_extend(uuid, text, jsonb) IS 'reservations.extend (compare-and-set with expected_end)';
+
+CREATE FUNCTION compute.api_reservations_extend_check(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS void
+LANGUAGE sql STABLE AS $$
+    SELECT compute.reservation_extend_check(r, compute.request_timestamp(p_input, 'end', true),
+                                            compute.request_timestamp(p_input, 'expected_end', false))
+      FROM compute.reservations AS r WHERE r.reservation_id = p_resource_id::uuid;
+$$;
+COMMENT ON FUNCTION compute.api_reservations_extend_check(uuid, text, jsonb) IS 'reservations.extend, before the decision: the new end is one the reservation may take.';
+
+CREATE FUNCTION compute.api_reservations_renew_check(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS void
+LANGUAGE sql STABLE AS $$
+    SELECT compute.reservation_renew_check(r) FROM compute.reservations AS r WHERE r.reservation_id = p_resource_id::uuid;
+$$;
+COMMENT ON FUNCTION compute.api_reservations_renew_check(uuid, text, jsonb) IS 'reservations.renew, before the decision: the lease may be renewed.';
 
 CREATE FUNCTION compute.api_reservations_renew(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT compute.reservation_renew(p_resource_id::uuid); $$;

@@ -166,3 +166,7 @@ INSERT INTO api.methods (method, action, resource_type, kind, summary, input_sch
      'Send dead-lettered deliveries again (one, or all).',
      '{"type":"object","properties":{"webhook_id":{"type":"string","format":"uuid"},"delivery_id":{"type":"string","format":"uuid"},"idempotency_key":{"type":"string","minLength":1,"maxLength":200}},"required":["webhook_id"],"additionalProperties":false}',
      'compute.api_webhooks_replay(uuid, text, jsonb)', 'webhook_id', NULL, NULL, NULL, NULL, 'webhook.replayed');
+
+-- Inputs checked against the resource as it is now, before the IAM decision (api.prepare).
+UPDATE api.methods SET check_function = 'compute.api_reservations_extend_check(uuid, text, jsonb)' WHERE method = 'reservations.extend';
+UPDATE api.methods SET check_function = 'compute.api_reservations_renew_check(uuid, text, jsonb)' WHERE method = 'reservations.renew';

@@ -260,7 +260,7 @@ def test_a_reservation_goes_through_prepare_one_decision_and_admit(relay: Relay,
     assert full.status_code == 409 and error_of(full)["code"] == "CAPACITY_CONFLICT"
 
     elsewhere = relay.post("reservations.get", {"reservation_id": reservation_id}, ALICE, OTHER_TENANT)
-    assert elsewhere.status_code == 404  # another tenant's id is NOT_FOUND, before IAM is asked
+    assert elsewhere.status_code == 403  # not found in a tenant alice may not act in: IAM's deny is the answer
 
     audited = db.execute("SELECT decision, principal FROM compute.audit_events WHERE resource_id = %s",
                          (reservation_id,)).fetchall()

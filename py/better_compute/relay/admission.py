@@ -1,23 +1,33 @@
 """The one admission flow every method goes through (DESIGN §7): no per-method code.
 
-    api.prepare(method, tenant, input)     → {admission_id, iam}
+    api.prepare(method, tenant, input, credential_sha256) → {admission_id, iam}
     iam.authorize(credential, iam)         → one decision (the port never raises: failure = deny)
     api.admit(admission_id, decision)      → {data} | {error}   (mutations)
     api.read(method, tenant, input, decision) → data            (reads; ACCESS_DENIED on a deny)
 
-The database audits the decision either way, so a deny still reaches SQL.
+The database audits the decision either way, so a deny still reaches SQL. The credential reaches
+the database only as its SHA-256, which bounds the admissions it may have pending.
+
+When the database refuses the request in api.prepare (NOT_FOUND, a conflict, a bound…), the one
+decision is made all the same, on the method in the tenant (resource "*"), before the refusal is
+answered: a caller IAM does not allow gets ACCESS_DENIED whether or not the ids it named exist, so
+it learns nothing about what the tenant has; an allowed caller gets the refusal.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any
 
 from better_compute.db import AsyncDatabase
+from better_compute.errors import SQLSTATE_TO_CODE, ContractError
 from better_compute.ports.iam import AuthorizeRequest, Decision, IamPort
 from better_compute.relay.catalog import Method
-from better_compute.relay.envelope import from_envelope
+from better_compute.relay.envelope import error, from_envelope
 from better_compute.relay.metrics import RelayMetrics
+
+ALL_RESOURCES = "*"
 
 
 class Admission:
@@ -28,7 +38,15 @@ class Admission:
 
     async def run(self, method: Method, tenant: uuid.UUID, document: dict[str, Any], credential: str | None) -> Any:
         """The data of an admitted call; a refusal raises ContractError."""
-        prepared = await self.db.call("api.prepare", method.name, tenant, document)
+        try:
+            prepared = await self.db.call("api.prepare", method.name, tenant, document, fingerprint(credential))
+        except ContractError as refusal:
+            if refusal.sqlstate not in SQLSTATE_TO_CODE:
+                raise
+            await self.require_allowed(method, credential, AuthorizeRequest(
+                str(tenant), method.action, method.resource_type, ALL_RESOURCES,
+                {key: value for key, value in document.items() if key != "idempotency_key"}))
+            raise
         decision = await self.decide(credential, AuthorizeRequest.from_json(prepared["iam"]))
         if method.is_mutation:
             answer = await self.db.call("api.admit", uuid.UUID(prepared["admission_id"]), decision.as_json())
@@ -42,3 +60,19 @@ class Admission:
         decision = await self.iam.authorize(credential, request)
         self.metrics.decided(decision.allowed)
         return decision
+
+    async def require_allowed(self, method: Method, credential: str | None, request: AuthorizeRequest) -> None:
+        """Decide once; ACCESS_DENIED unless allowed."""
+        decision = await self.decide(credential, request)
+        if not decision.allowed:
+            raise denied(method, decision)
+
+
+def fingerprint(credential: str | None) -> str | None:
+    """What the database knows of a credential: its SHA-256 (lowercase hex)."""
+    return hashlib.sha256(credential.encode()).hexdigest() if credential else None
+
+
+def denied(method: Method, decision: Decision) -> ContractError:
+    return error("ACCESS_DENIED", f"denied: {decision.reason}",
+                 f"Ask your administrator for the permission {method.action}.")

@@ -27,10 +27,10 @@ from starlette.types import ASGIApp
 
 from better_compute.db import AsyncDatabase
 from better_compute.errors import ContractError
-from better_compute.ports.iam import AuthorizeRequest, Decision, IamPort
+from better_compute.ports.iam import AuthorizeRequest, IamPort
 from better_compute.relay import openapi
-from better_compute.relay.admission import Admission
-from better_compute.relay.catalog import PATH_PREFIX, Catalog, InputSchema, Method
+from better_compute.relay.admission import ALL_RESOURCES, Admission, denied
+from better_compute.relay.catalog import PATH_PREFIX, Catalog, InputSchema
 from better_compute.relay.envelope import data_response, error, error_response, invalid_argument, unavailable
 from better_compute.relay.inbound import bearer, caller_credential, read_object, tenant
 from better_compute.relay.metrics import UNKNOWN, MetricsMiddleware, RelayMetrics
@@ -39,7 +39,6 @@ from better_compute.relay.sse import EventStream, EventStreamResponse, Notifier,
 log = logging.getLogger(__name__)
 
 EVENTS_METHOD = "events.list"  # the watch stream is decided as this method on every event ("*")
-ALL_RESOURCES = "*"
 HEALTH_SECONDS = 2.0
 DATABASE_OPEN_SECONDS = 10.0
 PRODUCT_HEADER = "x-better-compute"
@@ -216,11 +215,6 @@ class Relay:
             return ENDPOINT_LABELS[path]
         name = path.removeprefix(PATH_PREFIX + "/").replace("/", ".", 1)
         return name if path.startswith(PATH_PREFIX + "/") and name in self.catalog else UNKNOWN
-
-
-def denied(method: Method, decision: Decision) -> ContractError:
-    return error("ACCESS_DENIED", f"denied: {decision.reason}",
-                 f"Ask your administrator for the permission {method.action}.")
 
 
 Endpoint = Callable[[Request], Awaitable[Response | EventStreamResponse]]
