@@ -44,8 +44,7 @@ class Admission:
             if refusal.sqlstate not in SQLSTATE_TO_CODE:
                 raise
             await self.require_allowed(method, credential, AuthorizeRequest(
-                str(tenant), method.action, method.resource_type, ALL_RESOURCES,
-                {key: value for key, value in document.items() if key != "idempotency_key"}))
+                str(tenant), method.action, method.resource_type, ALL_RESOURCES))
             raise
         decision = await self.decide(credential, AuthorizeRequest.from_json(prepared["iam"]))
         if method.is_mutation:
