@@ -137,8 +137,9 @@ def test_eight_bogus_callers_change_an_authorised_tenants_success_rate_by_less_t
     end = end_in(db, 1)
     db.commit()
     actions = [row[0] for row in db.execute("SELECT action FROM api.catalog()")]
-    policies = {LEGIT: TokenPolicy("user:legit", TENANT)}  # every other token is unknown: denied
-    with IamServer(mode="policy", policies=policies, catalog=actions, delay=IAM_DELAY_SECONDS) as iam, \
+    policies = {LEGIT: TokenPolicy(TENANT)}  # every other token is unknown: denied
+    with IamServer(mode="policy", policies=policies, catalog=actions, service_token="relay-service-token",
+                   delay=IAM_DELAY_SECONDS) as iam, \
             running_relay(db_dsn, better_iam(iam.url, timeout=10.0), ["--pool-size", "20"]) as relay:
         alone, _ = legit_success_rate(relay, db_dsn, pool_id, end)
         flood = Flood(relay, pool_id, end)
