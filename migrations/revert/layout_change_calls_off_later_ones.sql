@@ -1,0 +1,108 @@
+-- Revert better_compute:layout_change_calls_off_later_ones from pg
+
+BEGIN;
+
+SET LOCAL ROLE bc_owner;
+
+CREATE OR REPLACE FUNCTION compute.device_set_layout(p_device_id uuid, p_layout text, p_at timestamptz DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the device row (FOR UPDATE) first, as placement and extension do; then its atoms.
+DECLARE
+    v_at       timestamptz := coalesce(p_at, compute.compute_now());
+    v_device   compute.devices;
+    v_blocking text;
+    v_changed  integer := 0;
+    v_count    integer;
+BEGIN
+    SELECT * INTO v_device FROM compute.devices AS d WHERE d.device_id = p_device_id FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no device %s', p_device_id), 'List devices in ops.atom_holders.');
+    END IF;
+    IF v_at < compute.compute_now() THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a layout change cannot be scheduled in the past',
+            'Omit the time to change now, or pass a future time.');
+    END IF;
+
+    IF pg_catalog.to_regclass('pg_temp.layout_next') IS NULL THEN
+        CREATE TEMP TABLE layout_next (kind text, profile text, placement integer, slot integer,
+            slot_count integer, slices int4range, shares int4range, gpu_fraction numeric) ON COMMIT DROP;
+    END IF;
+    DELETE FROM pg_temp.layout_next;
+    INSERT INTO pg_temp.layout_next SELECT * FROM compute.layout_atoms(p_device_id, p_layout);
+
+    -- Refuse: a live booking of an atom that goes away overlaps the change time or comes after it.
+    SELECT pg_catalog.string_agg(DISTINCT b.reservation_id::text, ', ') INTO v_blocking
+      FROM compute.atoms AS a
+      JOIN compute.bookings AS b ON b.atom_id = a.atom_id AND b.state IN ('provisional', 'active')
+     WHERE a.device_id = p_device_id AND a.valid && tstzrange(v_at, NULL)
+       AND b.during && tstzrange(v_at, NULL)
+       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
+                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
+                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+    IF v_blocking IS NOT NULL THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT',
+            pg_catalog.format('layout %s of GPU %s cannot start at %s: atoms that go away are booked', p_layout, v_device.uuid, v_at),
+            pg_catalog.format('Release or wait for reservations %s, or schedule the change after they end.', v_blocking));
+    END IF;
+
+    -- Atoms that go away: never valid if they had not started by then, else valid until v_at.
+    -- Bookings of atoms that will never exist can only be void ones (live ones refused above): they go too.
+    DELETE FROM compute.bookings AS b
+     USING compute.atoms AS a
+     WHERE b.atom_id = a.atom_id AND a.device_id = p_device_id AND lower(a.valid) >= v_at AND b.state = 'void'
+       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
+                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
+                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+    DELETE FROM compute.atoms AS a
+     WHERE a.device_id = p_device_id AND lower(a.valid) >= v_at
+       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
+                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
+                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_changed := v_changed + v_count;
+    UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), v_at)
+     WHERE a.device_id = p_device_id AND a.valid @> v_at AND lower(a.valid) < v_at
+       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
+                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
+                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_changed := v_changed + v_count;
+
+    -- Atoms that stay keep their rows (and bookings), valid from v_at at the latest and on from there
+    -- (a change scheduled later, which this one calls off, no longer ends them); new ones start at v_at.
+    UPDATE compute.atoms AS a SET valid = tstzrange(v_at, NULL)
+     WHERE a.device_id = p_device_id AND lower(a.valid) > v_at
+       AND EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
+                    WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
+                          IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+    UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), NULL)
+     WHERE a.device_id = p_device_id AND a.valid @> v_at AND NOT upper_inf(a.valid)
+       AND EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
+                    WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
+                          IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_changed := v_changed + v_count;
+    INSERT INTO compute.atoms (atom_id, site_id, pool_id, node_id, device_id, node_rank, device_index, kind, profile,
+                               placement, slot, slot_count, slices, shares, gpu_fraction, valid)
+    SELECT pg_catalog.gen_random_uuid(), v_device.site_id, n.pool_id, v_device.node_id, p_device_id, n.rank,
+           v_device.index, l.kind, l.profile, l.placement, l.slot, l.slot_count, l.slices, l.shares, l.gpu_fraction,
+           tstzrange(v_at, NULL)
+      FROM pg_temp.layout_next AS l
+      JOIN compute.nodes AS n ON n.node_id = v_device.node_id
+     WHERE NOT EXISTS (SELECT 1 FROM compute.atoms AS a
+                        WHERE a.device_id = p_device_id AND a.valid && tstzrange(v_at, NULL)
+                          AND (l.kind, l.profile, l.placement, l.slot, l.slot_count)
+                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_changed := v_changed + v_count;
+
+    UPDATE compute.devices SET layout = p_layout, layout_since = v_at WHERE device_id = p_device_id;
+    RETURN v_changed;
+END
+$$;
+COMMENT ON FUNCTION compute.device_set_layout(uuid, text, timestamptz) IS
+    'Change a GPU''s layout now or at a future time; CAPACITY_CONFLICT (blocking reservations in the HINT) when booked atoms would go away.';
+
+COMMIT;
