@@ -76,7 +76,7 @@ BEGIN
     END IF;
 
     -- mig:profile@placement,...: instances the GPU reports as legal, not overlapping.
-    IF p_layout !~ '^mig:[^@,]+@[0-9]+(,[^@,]+@[0-9]+)*$' THEN
+    IF p_layout IS NULL OR p_layout !~ '^mig:[^@,]+@[0-9]{1,4}(,[^@,]+@[0-9]{1,4})*$' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid layout %L', p_layout),
             'Use whole, timeslice:N, or mig:PROFILE@PLACEMENT[,PROFILE@PLACEMENT...], e.g. mig:3g.71gb@0,3g.71gb@4.');
     END IF;
@@ -135,6 +135,10 @@ BEGIN
     END IF;
     IF v_at < compute.compute_now() THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a layout change cannot be scheduled in the past',
+            'Omit the time to change now, or pass a future time.');
+    END IF;
+    IF NOT pg_catalog.isfinite(v_at) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a layout change needs a finite time',
             'Omit the time to change now, or pass a future time.');
     END IF;
     SELECT pg_catalog.array_agg(ROW(l.kind, l.profile, l.placement, l.slot, l.slot_count)::text) INTO v_next
