@@ -2,6 +2,11 @@
 
 BEGIN;
 
+-- Sequences are not rolled back: the ones the check advances are put back as they were.
+CREATE TEMP TABLE verify_sequences ON COMMIT DROP AS
+    SELECT pg_catalog.format('%I.%I', s.schemaname, s.sequencename) AS name, s.last_value, s.start_value
+      FROM pg_catalog.pg_sequences AS s WHERE s.schemaname = 'compute';
+
 -- A GPU laid out MIG at +10 h and whole again at +20 h, then whole from +5 h: one whole-GPU atom.
 DO $$
 DECLARE
@@ -27,5 +32,7 @@ BEGIN
 END $$;
 SELECT 1 / (pg_catalog.array_agg(a.shape || ' ' || upper_inf(a.valid)::text) = ARRAY['gpu true'])::integer
   FROM compute.atoms AS a JOIN compute.devices AS d ON d.device_id = a.device_id WHERE d.uuid = 'GPU-verify-layout';
+
+SELECT pg_catalog.setval(v.name, coalesce(v.last_value, v.start_value), v.last_value IS NOT NULL) FROM verify_sequences AS v;
 
 ROLLBACK;
