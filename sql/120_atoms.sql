@@ -76,7 +76,7 @@ BEGIN
     END IF;
 
     -- mig:profile@placement,...: instances the GPU reports as legal, not overlapping.
-    IF p_layout !~ '^mig:[^@,]+@[0-9]+(,[^@,]+@[0-9]+)*$' THEN
+    IF p_layout IS NULL OR p_layout !~ '^mig:[^@,]+@[0-9]{1,4}(,[^@,]+@[0-9]{1,4})*$' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid layout %L', p_layout),
             'Use whole, timeslice:N, or mig:PROFILE@PLACEMENT[,PROFILE@PLACEMENT...], e.g. mig:3g.71gb@0,3g.71gb@4.');
     END IF;
@@ -114,13 +114,20 @@ CREATE FUNCTION compute.device_set_layout(p_device_id uuid, p_layout text, p_at 
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
--- Lock order: the device row (FOR UPDATE) first, as placement and extension do; then its atoms.
+-- Lock order: the device row (FOR UPDATE) first, as placement and extension do; then its atoms and bookings.
+-- From v_at on, the GPU has exactly the new layout's atoms: any change scheduled later is called off.
+-- An atom is known by its identity (kind, profile, placement, slot, slot_count) in the layout.
 DECLARE
-    v_at       timestamptz := coalesce(p_at, compute.compute_now());
-    v_device   compute.devices;
-    v_blocking text;
-    v_changed  integer := 0;
-    v_count    integer;
+    v_at        timestamptz := coalesce(p_at, compute.compute_now());
+    v_device    compute.devices;
+    v_next      text[];          -- the identities of the new layout's atoms
+    v_identity  text;
+    v_atom      compute.atoms;
+    v_keep      uuid;            -- the atom of v_identity that is valid from v_keep_from on
+    v_keep_from timestamptz;
+    v_blocking  text;
+    v_changed   integer := 0;
+    v_count     integer;
 BEGIN
     SELECT * INTO v_device FROM compute.devices AS d WHERE d.device_id = p_device_id FOR UPDATE;
     IF NOT FOUND THEN
@@ -130,13 +137,12 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a layout change cannot be scheduled in the past',
             'Omit the time to change now, or pass a future time.');
     END IF;
-
-    IF pg_catalog.to_regclass('pg_temp.layout_next') IS NULL THEN
-        CREATE TEMP TABLE layout_next (kind text, profile text, placement integer, slot integer,
-            slot_count integer, slices int4range, shares int4range, gpu_fraction numeric) ON COMMIT DROP;
+    IF NOT pg_catalog.isfinite(v_at) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a layout change needs a finite time',
+            'Omit the time to change now, or pass a future time.');
     END IF;
-    DELETE FROM pg_temp.layout_next;
-    INSERT INTO pg_temp.layout_next SELECT * FROM compute.layout_atoms(p_device_id, p_layout);
+    SELECT pg_catalog.array_agg(ROW(l.kind, l.profile, l.placement, l.slot, l.slot_count)::text) INTO v_next
+      FROM compute.layout_atoms(p_device_id, p_layout) AS l;
 
     -- Refuse: a live booking of an atom that goes away overlaps the change time or comes after it.
     SELECT pg_catalog.string_agg(DISTINCT b.reservation_id::text, ', ') INTO v_blocking
@@ -144,9 +150,7 @@ BEGIN
       JOIN compute.bookings AS b ON b.atom_id = a.atom_id AND b.state IN ('provisional', 'active')
      WHERE a.device_id = p_device_id AND a.valid && tstzrange(v_at, NULL)
        AND b.during && tstzrange(v_at, NULL)
-       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
-                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+       AND NOT ROW(a.kind, a.profile, a.placement, a.slot, a.slot_count)::text = ANY (v_next);
     IF v_blocking IS NOT NULL THEN
         PERFORM compute.raise_error('CAPACITY_CONFLICT',
             pg_catalog.format('layout %s of GPU %s cannot start at %s: atoms that go away are booked', p_layout, v_device.uuid, v_at),
@@ -158,47 +162,71 @@ BEGIN
     DELETE FROM compute.bookings AS b
      USING compute.atoms AS a
      WHERE b.atom_id = a.atom_id AND a.device_id = p_device_id AND lower(a.valid) >= v_at AND b.state = 'void'
-       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
-                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+       AND NOT ROW(a.kind, a.profile, a.placement, a.slot, a.slot_count)::text = ANY (v_next);
     DELETE FROM compute.atoms AS a
      WHERE a.device_id = p_device_id AND lower(a.valid) >= v_at
-       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
-                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+       AND NOT ROW(a.kind, a.profile, a.placement, a.slot, a.slot_count)::text = ANY (v_next);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     v_changed := v_changed + v_count;
     UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), v_at)
      WHERE a.device_id = p_device_id AND a.valid @> v_at AND lower(a.valid) < v_at
-       AND NOT EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
-                        WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                              IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
+       AND NOT ROW(a.kind, a.profile, a.placement, a.slot, a.slot_count)::text = ANY (v_next);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     v_changed := v_changed + v_count;
 
-    -- Atoms that stay keep their rows (and bookings), valid from v_at at the latest and on from there
-    -- (a change scheduled later, which this one calls off, no longer ends them); new ones start at v_at.
-    UPDATE compute.atoms AS a SET valid = tstzrange(v_at, NULL)
-     WHERE a.device_id = p_device_id AND lower(a.valid) > v_at
-       AND EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
-                    WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                          IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
-    UPDATE compute.atoms AS a SET valid = tstzrange(lower(a.valid), NULL)
-     WHERE a.device_id = p_device_id AND a.valid @> v_at AND NOT upper_inf(a.valid)
-       AND EXISTS (SELECT 1 FROM pg_temp.layout_next AS n
-                    WHERE (n.kind, n.profile, n.placement, n.slot, n.slot_count)
-                          IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    v_changed := v_changed + v_count;
+    -- Atoms that stay keep their rows and bookings. Each identity is one atom from v_at on (from its
+    -- start, if it is valid at v_at or ends there). Earlier changes may have left several atoms of
+    -- one identity after v_at (whole, then MIG at 10:00, whole again at 20:00: two whole-GPU atoms);
+    -- they become one where the bookings allow it, so that a booking may cross the old seam: a later
+    -- atom with no live booking hands its other bookings to the kept one and goes; a kept atom with no
+    -- booking at all gives way to the later one. Where both hold live bookings they stay two atoms,
+    -- the first ending where the second starts. Atoms of other identities no longer overlap [v_at,)
+    -- (above), so the kept atom can always grow into the gaps.
+    FOREACH v_identity IN ARRAY v_next LOOP
+        v_keep := NULL;
+        FOR v_atom IN SELECT a.* FROM compute.atoms AS a
+                       WHERE a.device_id = p_device_id AND (upper_inf(a.valid) OR upper(a.valid) >= v_at)
+                         AND ROW(a.kind, a.profile, a.placement, a.slot, a.slot_count)::text = v_identity
+                       ORDER BY lower(a.valid) LOOP
+            IF v_keep IS NULL THEN
+                v_keep := v_atom.atom_id;
+                v_keep_from := least(lower(v_atom.valid), v_at);
+            ELSIF NOT EXISTS (SELECT 1 FROM compute.bookings AS b
+                               WHERE b.atom_id = v_atom.atom_id AND b.state IN ('provisional', 'active')) THEN
+                UPDATE compute.bookings AS b SET atom_id = v_keep WHERE b.atom_id = v_atom.atom_id;
+                DELETE FROM compute.atoms AS a WHERE a.atom_id = v_atom.atom_id;
+                v_changed := v_changed + 1;
+            ELSIF NOT EXISTS (SELECT 1 FROM compute.bookings AS b WHERE b.atom_id = v_keep) THEN
+                DELETE FROM compute.atoms AS a WHERE a.atom_id = v_keep;
+                v_changed := v_changed + 1;
+                v_keep := v_atom.atom_id;
+            ELSE
+                UPDATE compute.atoms AS a SET valid = tstzrange(v_keep_from, lower(v_atom.valid))
+                 WHERE a.atom_id = v_keep AND a.valid <> tstzrange(v_keep_from, lower(v_atom.valid));
+                GET DIAGNOSTICS v_count = ROW_COUNT;
+                v_changed := v_changed + v_count;
+                v_keep := v_atom.atom_id;
+                v_keep_from := lower(v_atom.valid);
+            END IF;
+        END LOOP;
+        IF v_keep IS NOT NULL THEN
+            UPDATE compute.atoms AS a SET valid = tstzrange(v_keep_from, NULL)
+             WHERE a.atom_id = v_keep AND a.valid <> tstzrange(v_keep_from, NULL);
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            v_changed := v_changed + v_count;
+        END IF;
+    END LOOP;
+
+    -- New atoms start at v_at.
     INSERT INTO compute.atoms (atom_id, site_id, pool_id, node_id, device_id, node_rank, device_index, kind, profile,
                                placement, slot, slot_count, slices, shares, gpu_fraction, valid)
     SELECT pg_catalog.gen_random_uuid(), v_device.site_id, n.pool_id, v_device.node_id, p_device_id, n.rank,
            v_device.index, l.kind, l.profile, l.placement, l.slot, l.slot_count, l.slices, l.shares, l.gpu_fraction,
            tstzrange(v_at, NULL)
-      FROM pg_temp.layout_next AS l
+      FROM compute.layout_atoms(p_device_id, p_layout) AS l
       JOIN compute.nodes AS n ON n.node_id = v_device.node_id
      WHERE NOT EXISTS (SELECT 1 FROM compute.atoms AS a
-                        WHERE a.device_id = p_device_id AND a.valid && tstzrange(v_at, NULL)
+                        WHERE a.device_id = p_device_id AND a.valid @> v_at
                           AND (l.kind, l.profile, l.placement, l.slot, l.slot_count)
                               IS NOT DISTINCT FROM (a.kind, a.profile, a.placement, a.slot, a.slot_count));
     GET DIAGNOSTICS v_count = ROW_COUNT;
@@ -209,4 +237,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION compute.device_set_layout(uuid, text, timestamptz) IS
-    'Change a GPU''s layout now or at a future time; CAPACITY_CONFLICT (blocking reservations in the HINT) when booked atoms would go away.';
+    'Change a GPU''s layout now or at a future time, calling off changes scheduled after it; CAPACITY_CONFLICT (blocking reservations in the HINT) when booked atoms would go away.';
