@@ -50,7 +50,7 @@ from better_compute.nodeproto import (FENCED, SESSION_PATH, Certificate, Command
 from better_compute.pki import (CertificateAuthority, IntentSigner, PkiError, generate_node_key, issue_svid, make_csr,
                                 open_envelope, read_csr, sign_envelope)
 from better_compute.sim import mint_tokens
-from fleet import make_pool
+from fleet import h200_inventory, make_pool
 from gateway_support import REPO, GatewayProcess, running_gateway, running_worker_process
 from node_support import (H200_INVENTORY, SECONDS, STOP_SECONDS, JoinedNode, bcd, converged, fake_driver, join_node,
                           running_bcd, spec_state, wait_until)
@@ -256,14 +256,43 @@ def test_a_booking_the_inventory_cannot_back_is_a_condition(node: Node) -> None:
     assert node.cdi_devices() == [GPU]
 
 
-def test_a_spec_that_cannot_be_applied_reports_the_last_applied_generation(node: Node) -> None:
+LEGACY_MIG = f"MIG-{GPU}/2/0"  # a MIG UUID as drivers before R470 print it: no CDI device name
+
+
+def test_an_unwritable_device_costs_only_itself_and_a_released_one_leaves_at_once(node: Node) -> None:
+    """Fail closed: a spec with one device the daemon cannot write (a name CDI refuses) and one
+    booking released since. The released device leaves the file; the condition names the bad one."""
     daemon = node.daemon()
-    assert node.opened(daemon.handle(node.spec(1, gpu_booking()))[0])["generation"] == 1
+    daemon.handle(node.spec(1, gpu_booking()))
+    assert node.cdi_devices() == [GPU]
+    unwritable = gpu_booking(reservation="r-2") | {"kind": "mig", "profile": "1g.18gb", "placement": 2,
+                                                   "cdi_name": f"nvidia.com/gpu={LEGACY_MIG}", "mig_uuid": LEGACY_MIG}
+    [observed] = daemon.handle(node.spec(2, unwritable))
+    assert not node.cdi_path.exists()  # r-1 was released: its GPU is gone
+    body = node.opened(observed)
+    assert body["generation"] == 2
+    [condition] = body["conditions"]
+    assert condition["type"] == "DevicesNotWritable" and condition["devices"] == [f"nvidia.com/gpu={LEGACY_MIG}"]
+    assert "not a CDI device name" in condition["message"]
+
+
+def test_a_spec_that_cannot_be_applied_reports_the_last_applied_generation(node: Node) -> None:
+    """When the inventory cannot be read, what the current spec still grants stays in the file, and
+    what it no longer grants leaves it: a stale file is never right."""
+    two_gpus = node.tmp / "two-gpus.json"
+    two_gpus.write_text(json.dumps(h200_inventory("recorded", 2)))
+    node.driver = FlakyDriver(two_gpus, hostname=HOSTNAME)
+    other = fake.gpu_uuid(HOSTNAME, 1)
+    daemon = node.daemon()
+    assert node.opened(daemon.handle(node.spec(1, gpu_booking(), gpu_booking(other, "r-2")))[0])["generation"] == 1
+    assert node.cdi_devices() == sorted([GPU, other])
     node.driver.broken = True
-    [observed] = daemon.handle(node.spec(2))
+    [observed] = daemon.handle(node.spec(2, gpu_booking(other, "r-2")))
     body = node.opened(observed)
     assert body["generation"] == 1 and body["conditions"][0]["type"] == "SpecFailed"
-    assert node.cdi_devices() == [GPU]  # what was applied stays
+    assert node.cdi_devices() == [other]  # r-1 released: withdrawn although nothing else could be applied
+    [observed] = daemon.handle(node.spec(3))
+    assert node.opened(observed)["generation"] == 1 and not node.cdi_path.exists()
 
 
 # -- commands ---------------------------------------------------------------------------------------------
