@@ -66,28 +66,67 @@ END
 $$;
 COMMENT ON FUNCTION compute.request_timestamp(jsonb, text, boolean) IS 'A time field of a JSON request; INVALID_ARGUMENT naming it when it is not a valid time or not before year 10000 in UTC.';
 
+CREATE FUNCTION compute.atom_mig_uuid(p_atom_id uuid)
+RETURNS text
+LANGUAGE plpgsql STABLE
+AS $$
+-- The MIG UUID of the MIG device a MIG atom is on its node: the one MIG device the node's inventory
+-- reports on the atom's GPU (in MIG mode) with the atom's profile and placement. NULL where there is
+-- none (not created yet, or another profile at that placement: a GPU re-laid while its old
+-- instances still exist) or several (a GPU instance split into compute instances is not one device).
+BEGIN
+    RETURN (SELECT CASE WHEN pg_catalog.count(*) = 1 THEN pg_catalog.min(i ->> 'uuid') END
+              FROM compute.atoms AS a
+              JOIN compute.devices AS d ON d.device_id = a.device_id
+              JOIN compute.nodes AS n ON n.node_id = a.node_id,
+                   pg_catalog.jsonb_array_elements(n.inventory -> 'devices') AS dev,
+                   pg_catalog.jsonb_array_elements(coalesce(dev #> '{mig,instances}', '[]')) AS i
+             WHERE a.atom_id = p_atom_id AND a.kind = 'mig' AND dev ->> 'uuid' = d.uuid
+               AND dev #>> '{mig,mode}' = 'enabled'
+               AND i -> 'profile' = pg_catalog.to_jsonb(a.profile) AND i -> 'placement' = pg_catalog.to_jsonb(a.placement));
+END
+$$;
+COMMENT ON FUNCTION compute.atom_mig_uuid(uuid) IS 'The MIG UUID of the one MIG device of a MIG atom''s GPU, profile and placement the node reports; else NULL.';
+
+CREATE FUNCTION compute.mig_cdi_device(p_mig_uuid text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    -- The CDI device name of a MIG device: its MIG UUID; a legacy UUID (drivers before R470:
+    -- MIG-GPU-<gpu uuid>/<gi>/<ci>), which CDI names cannot hold ('/'), as MIG-GPU-<gpu uuid>-gi<gi>-ci<ci>;
+    -- NULL for anything else (CDI's rule: [A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?, and never a
+    -- name nvidia-ctk gives another meaning: <index>, <gpu index>:<mig index>, all).
+    SELECT CASE
+        WHEN p_mig_uuid ~ '^MIG-GPU-[0-9A-Fa-f-]+/[0-9]+/[0-9]+$'
+        THEN pg_catalog.regexp_replace(p_mig_uuid, '^(MIG-GPU-[0-9A-Fa-f-]+)/([0-9]+)/([0-9]+)$', '\1-gi\2-ci\3')
+        WHEN p_mig_uuid ~ '^MIG-[A-Za-z0-9_.-]*[A-Za-z0-9]$' THEN p_mig_uuid
+    END
+$$;
+COMMENT ON FUNCTION compute.mig_cdi_device(text) IS 'The CDI device name of a MIG UUID (a legacy one rewritten), or NULL where it makes none.';
+
 CREATE FUNCTION compute.atom_cdi_name(p_atom_id uuid)
 RETURNS text
 LANGUAGE plpgsql STABLE
 AS $$
--- The CDI device name a node exposes for an atom (kind nvidia.com/gpu): a whole GPU or slot by
--- the GPU's uuid, a MIG instance by its MIG uuid when the inventory reports one, else GPU:placement.
--- (PL/pgSQL, like the other per-reservation helpers: its plan is kept instead of made per call.)
+-- The CDI device name a node exposes for an atom (kind nvidia.com/gpu): a whole GPU or slot by the
+-- GPU's uuid, a MIG atom by the MIG device the node reports for it (compute.atom_mig_uuid,
+-- compute.mig_cdi_device). NULL where the node cannot expose the atom: it is then not exposed, and
+-- the node reports it as a condition. (PL/pgSQL, like the other per-reservation helpers: its plan is
+-- kept instead of made per call.)
+DECLARE
+    v_kind text;
+    v_gpu  text;
 BEGIN
-    RETURN (SELECT 'nvidia.com/gpu=' || CASE a.kind
-        WHEN 'mig' THEN coalesce(
-            (SELECT i ->> 'uuid'
-               FROM compute.nodes AS n, pg_catalog.jsonb_array_elements(n.inventory -> 'devices') AS dev,
-                    pg_catalog.jsonb_array_elements(coalesce(dev #> '{mig,instances}', '[]')) AS i
-              WHERE n.node_id = a.node_id AND dev ->> 'uuid' = d.uuid
-                AND i ->> 'profile' = a.profile AND (i ->> 'placement')::integer = a.placement),
-            d.index || ':' || a.placement)
-        ELSE d.uuid END
+    SELECT a.kind, d.uuid INTO v_kind, v_gpu
       FROM compute.atoms AS a JOIN compute.devices AS d ON d.device_id = a.device_id
-     WHERE a.atom_id = p_atom_id);
+     WHERE a.atom_id = p_atom_id;
+    IF v_kind = 'mig' THEN
+        RETURN 'nvidia.com/gpu=' || compute.mig_cdi_device(compute.atom_mig_uuid(p_atom_id));
+    END IF;
+    RETURN 'nvidia.com/gpu=' || v_gpu;
 END
 $$;
-COMMENT ON FUNCTION compute.atom_cdi_name(uuid) IS 'CDI device name of an atom (nvidia.com/gpu=...).';
+COMMENT ON FUNCTION compute.atom_cdi_name(uuid) IS 'CDI device name of an atom (nvidia.com/gpu=...), NULL where its node cannot expose it.';
 
 CREATE FUNCTION compute.reservation_document(p_reservation_id uuid)
 RETURNS jsonb

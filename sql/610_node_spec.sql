@@ -30,10 +30,13 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    -- What the node should expose at compute_now: each atom of an active booking that holds now.
+    -- What the node should expose at compute_now: each atom of an active booking that holds now; a
+    -- MIG atom with the UUID of the MIG device it is, which the daemon checks against its own
+    -- inventory with the profile and placement (a null cdi_name: not exposed, a condition).
     RETURN (SELECT pg_catalog.jsonb_build_object('node_id', p_node_id, 'devices', coalesce(pg_catalog.jsonb_agg(
                        pg_catalog.jsonb_build_object('device_uuid', d.uuid, 'index', d.index, 'kind', a.kind, 'profile', a.profile,
                            'placement', a.placement, 'slot', a.slot, 'cdi_name', compute.atom_cdi_name(a.atom_id),
+                           'mig_uuid', CASE WHEN a.kind = 'mig' THEN compute.atom_mig_uuid(a.atom_id) END,
                            'reservation_id', b.reservation_id, 'until', upper(b.during))
                        ORDER BY d.index, a.placement, a.slot), '[]'))
               FROM compute.bookings AS b
