@@ -328,6 +328,17 @@ def test_profiles_are_listed_smallest_first() -> None:
     assert sorted(profiles, key=MigProfile.order) == profiles
 
 
+@pytest.mark.parametrize("own, attached, numa", [
+    ({"error": "NVMLError_NotSupported", "msg": "Not Supported"}, [1], 1),  # a PCIe GPU: the node it is attached to
+    (4, [0], 4),  # Grace Hopper: the GPU's memory is a node of its own
+    (-1, [0, 1], None),  # attached to two nodes: none of them
+    ({"error": "NVMLError_NotSupported", "msg": "Not Supported"},
+     {"error": "NVMLError_NotSupported", "msg": "Not Supported"}, None),
+])
+def test_nvml_numa_node_falls_back_to_the_memory_affinity(own: Any, attached: Any, numa: int | None) -> None:
+    assert nvml.numa_node({"numa_node": own, "memory_affinity": attached}) == numa
+
+
 def test_cuda_version() -> None:
     assert [nvml.cuda_version(version) for version in (13000, 12020, 11080)] == ["13.0", "12.2", "11.8"]
 
