@@ -60,7 +60,8 @@ AS $$
 $$;
 COMMENT ON FUNCTION compute.inventory_layout(jsonb) IS 'The layout a newly seen GPU starts with: its MIG instances, or whole.';
 
+DROP FUNCTION compute.cdi_name(text, text, text);
 DROP FUNCTION compute.mig_cdi_device(text);
-DROP FUNCTION compute.atom_mig_uuid(uuid);
+DROP FUNCTION compute.inventory_mig_uuid(jsonb, text, text, integer);
 
 COMMIT;
