@@ -118,7 +118,10 @@ class Daemon:
         self.clock = clock
         self.connected = False
         self.specs_applied = 0
-        self.applied: tuple[int, list[Any]] | None = None  # generation and devices of the spec applied last
+        # Generation and devices of the newest verified spec, which the CDI file follows: the one
+        # applied last, or a newer one that could not be applied (the drift check must not bring back
+        # what it no longer grants).
+        self.applied: tuple[int, list[Any]] | None = None
 
     @property
     def node_id(self) -> UUID:
@@ -193,6 +196,7 @@ class Daemon:
             write_spec(cdi, self.cdi_path)
         except (InventoryError, CdiError, KeyError, TypeError, OSError) as error:
             log.error("spec generation %d cannot be applied: %s%s", generation, error, self.withdraw(spec["devices"]))
+            self.applied = (generation, spec["devices"])
             failed = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
             return [] if last is None else [self.observed(last, failed)]
         self.journal.last_generation = generation
@@ -212,8 +216,9 @@ class Daemon:
             return f"; the CDI file cannot be changed either: {error}"
 
     def repair_drift(self) -> bool:
-        """Level-triggered between specs: rewrite the CDI file from the spec applied last when it no
-        longer says what that spec does (edited or removed on the node). Whether it had drifted."""
+        """Level-triggered between specs: rewrite the CDI file from the newest verified spec when it
+        no longer says what that spec does (edited or removed on the node, or that spec could not be
+        applied when it came). Whether it had drifted."""
         if self.applied is None:
             return False
         generation, devices = self.applied
