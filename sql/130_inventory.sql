@@ -86,14 +86,17 @@ RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
     -- A GPU in MIG mode with instances starts with those instances as its layout; otherwise whole.
+    -- The inventory lists MIG devices (compute instances): a GPU instance split into several is
+    -- listed once per compute instance, and is one atom (once in the layout).
     SELECT CASE
         WHEN p_device #>> '{mig,mode}' = 'enabled' AND pg_catalog.jsonb_array_length(coalesce(p_device #> '{mig,instances}', '[]')) > 0
-        THEN 'mig:' || (SELECT pg_catalog.string_agg((i ->> 'profile') || '@' || (i ->> 'placement'), ',' ORDER BY (i ->> 'placement')::integer)
-                          FROM pg_catalog.jsonb_array_elements(p_device #> '{mig,instances}') AS i)
+        THEN 'mig:' || (SELECT pg_catalog.string_agg(g.profile || '@' || g.placement, ',' ORDER BY g.placement)
+                          FROM (SELECT DISTINCT i ->> 'profile' AS profile, (i ->> 'placement')::integer AS placement
+                                  FROM pg_catalog.jsonb_array_elements(p_device #> '{mig,instances}') AS i) AS g)
         ELSE 'whole'
     END
 $$;
-COMMENT ON FUNCTION compute.inventory_layout(jsonb) IS 'The layout a newly seen GPU starts with: its MIG instances, or whole.';
+COMMENT ON FUNCTION compute.inventory_layout(jsonb) IS 'The layout a newly seen GPU starts with: its GPU instances (once each), or whole.';
 
 CREATE FUNCTION compute.node_register(p_pool_id uuid, p_name text, p_inventory jsonb)
 RETURNS uuid

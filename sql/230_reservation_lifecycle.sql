@@ -66,28 +66,72 @@ END
 $$;
 COMMENT ON FUNCTION compute.request_timestamp(jsonb, text, boolean) IS 'A time field of a JSON request; INVALID_ARGUMENT naming it when it is not a valid time or not before year 10000 in UTC.';
 
+CREATE FUNCTION compute.inventory_mig_uuid(p_inventory jsonb, p_gpu_uuid text, p_profile text, p_placement integer)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+-- The MIG UUID of the MIG device a MIG atom (profile, placement) of GPU p_gpu_uuid is on a node
+-- with this inventory: the one MIG device it reports on that GPU, in MIG mode, with that profile
+-- and placement. NULL where there is none (not created yet, or another profile at that placement:
+-- a GPU re-laid while its old instances still exist) or several (a GPU instance split into compute
+-- instances is not one device). (PL/pgSQL: its plan is kept, where a SQL function's would be made
+-- per call of atom_cdi_name.)
+BEGIN
+    RETURN (SELECT CASE WHEN pg_catalog.count(*) = 1 THEN pg_catalog.min(i ->> 'uuid') END
+              FROM pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(p_inventory -> 'devices') = 'array'
+                                                        THEN p_inventory -> 'devices' ELSE '[]' END) AS dev,
+                   pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(dev #> '{mig,instances}') = 'array'
+                                                        THEN dev #> '{mig,instances}' ELSE '[]' END) AS i
+             WHERE dev ->> 'uuid' = p_gpu_uuid AND dev #>> '{mig,mode}' = 'enabled'
+               AND i -> 'profile' = pg_catalog.to_jsonb(p_profile) AND i -> 'placement' = pg_catalog.to_jsonb(p_placement));
+END
+$$;
+COMMENT ON FUNCTION compute.inventory_mig_uuid(jsonb, text, text, integer) IS
+    'The MIG UUID of the one MIG device of a GPU, profile and placement an inventory reports; else NULL.';
+
+CREATE FUNCTION compute.mig_cdi_device(p_mig_uuid text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    -- The CDI device name of a MIG device: its MIG UUID; a legacy UUID (drivers before R470:
+    -- MIG-GPU-<gpu uuid>/<gi>/<ci>), which CDI names cannot hold ('/'), as MIG-GPU-<gpu uuid>-gi<gi>-ci<ci>;
+    -- NULL for anything else (CDI's rule: [A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?, and never a
+    -- name nvidia-ctk gives another meaning: <index>, <gpu index>:<mig index>, all).
+    SELECT CASE
+        WHEN p_mig_uuid ~ '^MIG-GPU-[0-9A-Fa-f-]+/[0-9]+/[0-9]+$'
+        THEN pg_catalog.regexp_replace(p_mig_uuid, '^(MIG-GPU-[0-9A-Fa-f-]+)/([0-9]+)/([0-9]+)$', '\1-gi\2-ci\3')
+        WHEN p_mig_uuid ~ '^MIG-[A-Za-z0-9_.-]*[A-Za-z0-9]$' THEN p_mig_uuid
+    END
+$$;
+COMMENT ON FUNCTION compute.mig_cdi_device(text) IS 'The CDI device name of a MIG UUID (a legacy one rewritten), or NULL where it makes none.';
+
+CREATE FUNCTION compute.cdi_name(p_kind text, p_gpu_uuid text, p_mig_uuid text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    -- The CDI device name (kind nvidia.com/gpu) of an atom of this kind on GPU p_gpu_uuid: a whole GPU
+    -- or slot by the GPU's uuid, a MIG atom by its MIG device (p_mig_uuid, compute.inventory_mig_uuid);
+    -- NULL where the node cannot expose it: it is then not exposed, and the node reports a condition.
+    SELECT 'nvidia.com/gpu=' || CASE p_kind WHEN 'mig' THEN compute.mig_cdi_device(p_mig_uuid) ELSE p_gpu_uuid END
+$$;
+COMMENT ON FUNCTION compute.cdi_name(text, text, text) IS 'CDI device name of an atom of a kind, GPU and MIG device (nvidia.com/gpu=...), or NULL.';
+
 CREATE FUNCTION compute.atom_cdi_name(p_atom_id uuid)
 RETURNS text
 LANGUAGE plpgsql STABLE
 AS $$
--- The CDI device name a node exposes for an atom (kind nvidia.com/gpu): a whole GPU or slot by
--- the GPU's uuid, a MIG instance by its MIG uuid when the inventory reports one, else GPU:placement.
+-- The CDI device name a node exposes for an atom (compute.cdi_name), NULL where it cannot.
 -- (PL/pgSQL, like the other per-reservation helpers: its plan is kept instead of made per call.)
 BEGIN
-    RETURN (SELECT 'nvidia.com/gpu=' || CASE a.kind
-        WHEN 'mig' THEN coalesce(
-            (SELECT i ->> 'uuid'
-               FROM compute.nodes AS n, pg_catalog.jsonb_array_elements(n.inventory -> 'devices') AS dev,
-                    pg_catalog.jsonb_array_elements(coalesce(dev #> '{mig,instances}', '[]')) AS i
-              WHERE n.node_id = a.node_id AND dev ->> 'uuid' = d.uuid
-                AND i ->> 'profile' = a.profile AND (i ->> 'placement')::integer = a.placement),
-            d.index || ':' || a.placement)
-        ELSE d.uuid END
-      FROM compute.atoms AS a JOIN compute.devices AS d ON d.device_id = a.device_id
-     WHERE a.atom_id = p_atom_id);
+    RETURN (SELECT compute.cdi_name(a.kind, d.uuid, CASE WHEN a.kind = 'mig'
+                                    THEN compute.inventory_mig_uuid(n.inventory, d.uuid, a.profile, a.placement) END)
+              FROM compute.atoms AS a
+              JOIN compute.devices AS d ON d.device_id = a.device_id
+              JOIN compute.nodes AS n ON n.node_id = a.node_id
+             WHERE a.atom_id = p_atom_id);
 END
 $$;
-COMMENT ON FUNCTION compute.atom_cdi_name(uuid) IS 'CDI device name of an atom (nvidia.com/gpu=...).';
+COMMENT ON FUNCTION compute.atom_cdi_name(uuid) IS 'CDI device name of an atom (nvidia.com/gpu=...), NULL where its node cannot expose it.';
 
 CREATE FUNCTION compute.reservation_document(p_reservation_id uuid)
 RETURNS jsonb

@@ -30,16 +30,23 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    -- What the node should expose at compute_now: each atom of an active booking that holds now.
+    -- What the node should expose at compute_now: each atom of an active booking that holds now; a
+    -- MIG atom with the UUID of the MIG device it is, which the daemon checks against its own
+    -- inventory with the profile and placement (a null cdi_name: not exposed, a condition).
     RETURN (SELECT pg_catalog.jsonb_build_object('node_id', p_node_id, 'devices', coalesce(pg_catalog.jsonb_agg(
-                       pg_catalog.jsonb_build_object('device_uuid', d.uuid, 'index', d.index, 'kind', a.kind, 'profile', a.profile,
-                           'placement', a.placement, 'slot', a.slot, 'cdi_name', compute.atom_cdi_name(a.atom_id),
-                           'reservation_id', b.reservation_id, 'until', upper(b.during))
-                       ORDER BY d.index, a.placement, a.slot), '[]'))
-              FROM compute.bookings AS b
-              JOIN compute.atoms AS a ON a.atom_id = b.atom_id
-              JOIN compute.devices AS d ON d.device_id = b.device_id
-             WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> compute.compute_now());
+                       pg_catalog.jsonb_build_object('device_uuid', x.uuid, 'index', x.index, 'kind', x.kind, 'profile', x.profile,
+                           'placement', x.placement, 'slot', x.slot, 'cdi_name', compute.cdi_name(x.kind, x.uuid, x.mig_uuid),
+                           'mig_uuid', x.mig_uuid, 'reservation_id', x.reservation_id, 'until', x.until)
+                       ORDER BY x.index, x.placement, x.slot), '[]'))
+              FROM (SELECT d.uuid, d.index, a.kind, a.profile, a.placement, a.slot, b.reservation_id, upper(b.during) AS until,
+                           CASE WHEN a.kind = 'mig' THEN compute.inventory_mig_uuid(n.inventory, d.uuid, a.profile, a.placement) END
+                               AS mig_uuid
+                      FROM compute.bookings AS b
+                      JOIN compute.atoms AS a ON a.atom_id = b.atom_id
+                      JOIN compute.devices AS d ON d.device_id = b.device_id
+                      JOIN compute.nodes AS n ON n.node_id = b.node_id
+                     WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> compute.compute_now()
+                    OFFSET 0) AS x);  -- OFFSET 0: the subquery stays one, so mig_uuid is computed once per row
 END
 $$;
 COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation.';

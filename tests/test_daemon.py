@@ -50,7 +50,7 @@ from better_compute.nodeproto import (FENCED, SESSION_PATH, Certificate, Command
 from better_compute.pki import (CertificateAuthority, IntentSigner, PkiError, generate_node_key, issue_svid, make_csr,
                                 open_envelope, read_csr, sign_envelope)
 from better_compute.sim import mint_tokens
-from fleet import make_pool
+from fleet import h200_inventory, make_pool
 from gateway_support import REPO, GatewayProcess, running_gateway, running_worker_process
 from node_support import (H200_INVENTORY, SECONDS, STOP_SECONDS, JoinedNode, bcd, converged, fake_driver, join_node,
                           running_bcd, spec_state, wait_until)
@@ -256,14 +256,47 @@ def test_a_booking_the_inventory_cannot_back_is_a_condition(node: Node) -> None:
     assert node.cdi_devices() == [GPU]
 
 
-def test_a_spec_that_cannot_be_applied_reports_the_last_applied_generation(node: Node) -> None:
+LEGACY_MIG = f"MIG-{GPU}/2/0"  # a MIG UUID as drivers before R470 print it: no CDI device name
+
+
+def test_an_unwritable_device_costs_only_itself_and_a_released_one_leaves_at_once(node: Node) -> None:
+    """Fail closed: a spec with one device the daemon cannot write (a name CDI refuses) and one
+    booking released since. The released device leaves the file; the condition names the bad one."""
     daemon = node.daemon()
-    assert node.opened(daemon.handle(node.spec(1, gpu_booking()))[0])["generation"] == 1
+    daemon.handle(node.spec(1, gpu_booking()))
+    assert node.cdi_devices() == [GPU]
+    unwritable = gpu_booking(reservation="r-2") | {"kind": "mig", "profile": "1g.18gb", "placement": 2,
+                                                   "cdi_name": f"nvidia.com/gpu={LEGACY_MIG}", "mig_uuid": LEGACY_MIG}
+    [observed] = daemon.handle(node.spec(2, unwritable))
+    assert not node.cdi_path.exists()  # r-1 was released: its GPU is gone
+    body = node.opened(observed)
+    assert body["generation"] == 2
+    [condition] = body["conditions"]
+    assert condition["type"] == "DevicesNotWritable" and condition["devices"] == [f"nvidia.com/gpu={LEGACY_MIG}"]
+    assert "not a CDI device name" in condition["message"]
+
+
+def test_a_spec_that_cannot_be_applied_reports_the_last_applied_generation(node: Node) -> None:
+    """When the inventory cannot be read, what the current spec still grants stays in the file, and
+    what it no longer grants leaves it: a stale file is never right."""
+    two_gpus = node.tmp / "two-gpus.json"
+    two_gpus.write_text(json.dumps(h200_inventory("recorded", 2)))
+    node.driver = FlakyDriver(two_gpus, hostname=HOSTNAME)
+    other = fake.gpu_uuid(HOSTNAME, 1)
+    daemon = node.daemon()
+    assert node.opened(daemon.handle(node.spec(1, gpu_booking(), gpu_booking(other, "r-2")))[0])["generation"] == 1
+    assert node.cdi_devices() == sorted([GPU, other])
     node.driver.broken = True
-    [observed] = daemon.handle(node.spec(2))
+    [observed] = daemon.handle(node.spec(2, gpu_booking(other, "r-2")))
     body = node.opened(observed)
     assert body["generation"] == 1 and body["conditions"][0]["type"] == "SpecFailed"
-    assert node.cdi_devices() == [GPU]  # what was applied stays
+    assert node.cdi_devices() == [other]  # r-1 released: withdrawn although nothing else could be applied
+    node.driver.broken = False
+    daemon.repair_drift()  # the drift check follows the newest spec, never back to the one applied before
+    assert node.cdi_devices() == [other]
+    node.driver.broken = True
+    [observed] = daemon.handle(node.spec(3))
+    assert node.opened(observed)["generation"] == 1 and not node.cdi_path.exists()
 
 
 # -- commands ---------------------------------------------------------------------------------------------
@@ -599,3 +632,51 @@ def test_the_simulator_runs_many_nodes_in_one_process(control_plane: GatewayProc
     # Again with the same state root and one node more: the three reconnect, only the fourth joins.
     second = run_sim(control_plane, db_dsn, pool_id, tmp_path / "sim", 4, all_converged(4))
     assert "1 to join" in second[0] and nodes() == expected(4)
+
+
+# -- the spec the database makes, applied by the daemon --------------------------------------------------------
+
+def mig_recording(path: Path, layout: list[tuple[str, int, int]]) -> Path:
+    """The H200 capture with GPU 0 in MIG mode and these (profile, placement, gi) instances, each with
+    the capability device nodes the daemon reads: the fake driver serves it as a MIG node."""
+    recorded = json.loads(H200_INVENTORY.read_text())
+    recorded["devices"][0]["mig"] |= {"mode": "enabled", "instances": [
+        {"profile": profile, "placement": placement, "gi": gi, "ci": 0, "uuid": "MIG-recorded",
+         "device_nodes": [f"/dev/nvidia-caps/nvidia-cap{10 * gi + 1}", f"/dev/nvidia-caps/nvidia-cap{10 * gi + 2}"]}
+        for profile, placement, gi in layout]}
+    path.write_text(json.dumps(recorded))
+    return path
+
+
+def database_spec(sql: psycopg.Connection, node_id: uuid.UUID) -> list[dict[str, Any]]:
+    return sql.execute("SELECT compute.node_spec_document(%s) -> 'devices'", (node_id,)).fetchone()[0]
+
+
+def test_a_re_laid_gpu_exposes_no_older_instance_to_a_new_booking(node: Node, sql: psycopg.Connection) -> None:
+    """The database's spec, applied by the daemon: two 3g.71gb instances are exposed by their MIG
+    UUIDs. The operator re-lays the GPU to 1g.18gb@0..3 while the old 3g.71gb instance at slices 0-3
+    still exists on the node: a booking of 1g.18gb@0 gets no device (not the 3g.71gb instance), and
+    the node says so."""
+    node.driver = FlakyDriver(mig_recording(node.tmp / "mig.json", [("3g.71gb", 0, 1), ("3g.71gb", 4, 2)]),
+                              hostname=HOSTNAME)
+    daemon = node.daemon()
+    pool = make_pool(sql, [], shapes=("mig:3g.71gb", "mig:1g.18gb"), tenant_id=TENANT)
+    node_id = sql.execute("SELECT compute.node_register(%s, %s, %s)",
+                          (pool, HOSTNAME, Jsonb(node.driver.collect()))).fetchone()[0]
+    end = sql.execute("SELECT compute.compute_now() + interval '1 hour'").fetchone()[0].isoformat()
+    both = api(sql, "reservations.create", {"pool_id": str(pool), "shape": "mig:3g.71gb", "count": 2, "end": end})
+    instances = node.driver.collect()["devices"][0]["mig"]["instances"]
+    [observed] = daemon.handle(node.spec(1, *database_spec(sql, node_id)))
+    assert node.opened(observed)["conditions"] == []
+    assert node.cdi_devices() == sorted(instance["uuid"] for instance in instances)
+
+    api(sql, "reservations.release", {"reservation_id": both["reservation_id"]})
+    sql.execute("SELECT compute.device_set_layout(d.device_id, 'mig:1g.18gb@0,1g.18gb@1,1g.18gb@2,1g.18gb@3,3g.71gb@4') "
+                "FROM compute.devices AS d WHERE d.node_id = %s", (node_id,))
+    small = api(sql, "reservations.create", {"pool_id": str(pool), "shape": "mig:1g.18gb", "count": 1, "end": end})
+    [booking] = small["bookings"]
+    assert (booking["placement"], booking["cdi_name"]) == (0, None)
+    [observed] = daemon.handle(node.spec(2, *database_spec(sql, node_id)))
+    [condition] = node.opened(observed)["conditions"]
+    assert condition["type"] == "DevicesUnresolved" and condition["devices"] == [f"mig 1g.18gb@0 of {GPU}"]
+    assert not node.cdi_path.exists()

@@ -94,7 +94,8 @@ def h200_host(h200_root: Path) -> Host:
 def h200_nvml_snapshot() -> dict[str, Any]:
     """nvml.json as recorded, completed with what its dumper did not ask NVML for: each profile's
     name (nvmlDeviceGetGpuInstanceProfileInfo v2) and possible placements, the volatile ECC total,
-    and the MIG devices (none: MIG is disabled). These are taken from the nvidia-smi captures of the
+    the memory affinity (topo -m's NUMA Affinity) and the MIG devices (none: MIG is disabled).
+    These are taken from the nvidia-smi captures of the
     same GPU, which print what NVML answers to those calls; so for these fields the comparison with
     nvidia-smi below checks the join by profile id and the mapping, not NVML's own values."""
     dump = json.loads((H200 / "nvml.json").read_text())
@@ -109,6 +110,8 @@ def h200_nvml_snapshot() -> dict[str, Any]:
             profile |= {"name": f"MIG {same.name}", "placements": [[start, same.slices] for start in same.placements]}
     gpu["ecc_uncorrected"] = parse_query_xml(output(H200 / "nvidia-smi-q.xml", "nvidia-smi -q -x")).gpus[0].ecc_uncorrected
     gpu["mig_devices"] = []
+    (topology,) = parse_topology(output(H200 / "nvidia-smi-topo.txt", "nvidia-smi topo -m")).values()
+    gpu["memory_affinity"] = [topology.numa_node]
     return dump
 
 
@@ -181,12 +184,26 @@ def test_nvidia_smi_processes() -> None:
 def test_topology_of_nvlink_machines() -> None:
     dgx = parse_topology((PUBLIC / "topo/dgx-a100-8gpu-topo-m.txt").read_text())
     assert sorted(dgx) == list(range(8))
-    assert dgx[3] == Topology(nvlink_peers=(0, 1, 2, 4, 5, 6, 7), numa_node=None)  # NICs are not peers
+    assert dgx[3] == Topology(nvlink_peers=(0, 1, 2, 4, 5, 6, 7), numa_node=1)  # NICs are not peers
     pasted = parse_topology((PUBLIC / "topo/h100-8gpu-topo-m-spaces.txt").read_text())
-    assert pasted[7] == Topology(nvlink_peers=(0, 1, 2, 3, 4, 5, 6), numa_node=None)
-    # The H200's row has one cell more than its header; its GPU NUMA ID is N/A.
+    assert pasted[7] == Topology(nvlink_peers=(0, 1, 2, 3, 4, 5, 6), numa_node=1)
+
+
+def test_numa_node_from_numa_affinity_where_the_gpu_numa_id_is_not_available() -> None:
+    """Older drivers print no GPU NUMA ID column, newer ones print N/A in it on every machine whose
+    GPU memory is not a NUMA node of its own: the node the GPU is attached to is NUMA Affinity."""
+    dgx = parse_topology((PUBLIC / "topo/dgx-a100-8gpu-topo-m.txt").read_text())
+    assert [dgx[gpu].numa_node for gpu in range(8)] == [3, 3, 1, 1, 7, 7, 5, 5]
+    pasted = parse_topology((PUBLIC / "topo/h100-8gpu-topo-m-spaces.txt").read_text())
+    assert [pasted[gpu].numa_node for gpu in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # The H200's row has one cell more than its header; its GPU NUMA ID is N/A, its NUMA Affinity 0.
     assert parse_topology(output(H200 / "nvidia-smi-topo.txt", "nvidia-smi topo -m")) == {
-        0: Topology(nvlink_peers=(), numa_node=None)}
+        0: Topology(nvlink_peers=(), numa_node=0)}
+    # A GPU NUMA ID, where there is one, is the GPU's own memory node (Grace Hopper): it wins.
+    own = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-71\t0\t\t4\n"
+    assert parse_topology(own) == {0: Topology(nvlink_peers=(), numa_node=4)}
+    several = "\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-71\t0-1\n"
+    assert parse_topology(several) == {0: Topology(nvlink_peers=(), numa_node=None)}
 
 
 def test_mig_profiles_need_a_placement_line() -> None:
@@ -207,6 +224,70 @@ def test_gpu_instances_and_mig_uuids() -> None:
                      (0, 3): "MIG-0f709664-740c-52b0-ae79-3e4c9ede6d3b"}
     one = parse_mig_uuids((PUBLIC / "mig/a100-sxm4-80gb-8gpu-nvidia-smi-L-one-mig.txt").read_text())
     assert one == {(0, 0): "MIG-fca28630-a1bd-5e73-9206-ccd17a013f5f"}
+
+
+# nvidia-smi -L of drivers before R470 names MIG devices by a legacy UUID, MIG-GPU-<gpu uuid>/<gi>/<ci>,
+# and the oldest print no profile name (`MIG Device 0:`). No public capture of either was found: the
+# lines below are written in the format the MIG user guide documents, for the GPU of the public
+# A100-40GB `mig -lgi` capture (GI 7-13, 1g.5gb at placements 0-6).
+A100_40GB = "GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f"
+LEGACY_L = (f"GPU 0: A100-SXM4-40GB (UUID: {A100_40GB})\n"
+            + "".join(f"  MIG 1g.5gb Device {device}: (UUID: MIG-{A100_40GB}/{device + 7}/0)\n" for device in range(7)))
+NAMELESS_L = (f"GPU 0: A100-SXM4-40GB (UUID: {A100_40GB})\n"
+              + "".join(f"  MIG Device {device}: (UUID: MIG-{A100_40GB}/{device + 7}/0)\n" for device in range(7)))
+
+
+def a100_40gb_with_seven_instances() -> QueriedGpu:
+    return QueriedGpu(uuid=A100_40GB, index=0, pci_bus_id="00000000:07:00.0", model="A100-SXM4-40GB",
+                      memory_mib=40536, minor=0, mig_supported=True, mig_enabled=True,
+                      # -q -x lists MIG devices in its own order: here not that of -L.
+                      mig_devices=tuple((device, 13 - device, 0) for device in range(7)), ecc_uncorrected=0,
+                      processes=())
+
+
+def test_legacy_mig_uuids_are_parsed_into_gpu_gi_and_ci() -> None:
+    assert nvidia_smi.legacy_mig_uuid(f"MIG-{A100_40GB}/7/0") == (A100_40GB, 7, 0)
+    assert nvidia_smi.legacy_mig_uuid("MIG-7089d0f3-293f-58c9-8f8c-5ea666eedbde") is None
+    placed = parse_gpu_instances((PUBLIC / "mig/a100-40gb-7x1g.5gb-mig-lgi.txt").read_text())
+    instances = mig_instances(a100_40gb_with_seven_instances(), placed, parse_mig_uuids(LEGACY_L))
+    # Each legacy UUID goes to the instance it names (GI, CI), whatever the device indexes say.
+    assert {(instance.gi, instance.ci, instance.placement, instance.uuid) for instance in instances} == {
+        (gi, 0, gi - 7, f"MIG-{A100_40GB}/{gi}/0") for gi in range(7, 14)}
+
+
+def test_mig_devices_listed_without_a_profile_name_take_it_from_the_gpu_instances() -> None:
+    """`MIG Device 0:` (no profile) is not a race: the profile comes from -lgi."""
+    assert parse_mig_uuids(NAMELESS_L) == parse_mig_uuids(LEGACY_L)
+    placed = parse_gpu_instances((PUBLIC / "mig/a100-40gb-7x1g.5gb-mig-lgi.txt").read_text())
+    instances = mig_instances(a100_40gb_with_seven_instances(), placed, parse_mig_uuids(NAMELESS_L))
+    assert {instance.profile for instance in instances} == {"1g.5gb"} and len(instances) == 7
+
+
+def test_an_unreadable_mig_listing_is_said_plainly_not_as_a_race() -> None:
+    placed = parse_gpu_instances((PUBLIC / "mig/a100-40gb-7x1g.5gb-mig-lgi.txt").read_text())
+    unreadable = f"GPU 0: A100-SXM4-40GB (UUID: {A100_40GB})\n  MIG Gerät 0: (Kennung: MIG-x)\n"
+    with pytest.raises(InventoryError, match="nvidia-smi -L names no MIG device of GPU 0") as raised:
+        mig_instances(a100_40gb_with_seven_instances(), placed, parse_mig_uuids(unreadable))
+    assert "changed while" not in str(raised.value)
+    with pytest.raises(InventoryError, match="nvidia-smi mig -lgi lists no GPU instance of GPU 0"):
+        mig_instances(a100_40gb_with_seven_instances(), {}, parse_mig_uuids(LEGACY_L))
+
+
+def test_mig_memory_is_the_profiles_real_size_not_the_rounded_gib() -> None:
+    """-lgip prints GiB with two decimals: the A100-40GB's 3g.20gb (20096 MiB, NVML's memorySizeMB)
+    prints as 19.62, which times 1024 is 20090.88. The row is written in -lgip's format."""
+    lgip = "|   0  MIG 3g.20gb        9     2/2        19.62      No     42     2     0   |\n"
+    lgipp = "GPU  0 Profile ID  9 Placements: {0,4}:4\n"
+    (profile,) = parse_mig_profiles(lgip, lgipp)[0]
+    assert profile.memory_mib == 20096
+    # Where two decimals are exact, they stay exact (the captured H200 and A100-80GB).
+    mig = H200 / "nvidia-smi-mig.txt"
+    h200 = parse_mig_profiles(output(mig, "nvidia-smi mig -lgip"), output(mig, "nvidia-smi mig -lgipp"))[0]
+    assert {profile.name: profile.memory_mib for profile in h200} == {
+        "1g.18gb": 16384, "1g.18gb+me": 16384, "1g.35gb": 33280, "2g.35gb": 33280, "3g.71gb": 71424,
+        "4g.71gb": 71424, "7g.141gb": 143360}
+    assert [nvidia_smi.gib_to_mib(gib) for gib in ("9.50", "19.50", "39.50", "79.25", "4.75")] == [
+        9728, 19968, 40448, 81152, 4864]
 
 
 def test_mig_instances_join_the_three_outputs() -> None:
@@ -245,6 +326,17 @@ def test_profiles_are_listed_smallest_first() -> None:
     recorded = json.loads((H200 / "inventory.json").read_text())["devices"][0]["mig"]["profiles"]
     profiles = [MigProfile(**profile | {"placements": tuple(profile["placements"])}) for profile in recorded]
     assert sorted(profiles, key=MigProfile.order) == profiles
+
+
+@pytest.mark.parametrize("own, attached, numa", [
+    ({"error": "NVMLError_NotSupported", "msg": "Not Supported"}, [1], 1),  # a PCIe GPU: the node it is attached to
+    (4, [0], 4),  # Grace Hopper: the GPU's memory is a node of its own
+    (-1, [0, 1], None),  # attached to two nodes: none of them
+    ({"error": "NVMLError_NotSupported", "msg": "Not Supported"},
+     {"error": "NVMLError_NotSupported", "msg": "Not Supported"}, None),
+])
+def test_nvml_numa_node_falls_back_to_the_memory_affinity(own: Any, attached: Any, numa: int | None) -> None:
+    assert nvml.numa_node({"numa_node": own, "memory_affinity": attached}) == numa
 
 
 def test_cuda_version() -> None:

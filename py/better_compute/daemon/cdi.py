@@ -3,14 +3,24 @@ hand out, and which device nodes each one needs (Container Device Interface 0.6.
 
 The desired state names each booking by the control plane's `cdi_name` (compute.atom_cdi_name):
 `nvidia.com/gpu=<GPU uuid>` for a whole GPU or a slot, `nvidia.com/gpu=<MIG uuid>` for a MIG
-instance the inventory reports, else `nvidia.com/gpu=<GPU index>:<placement>`. One CDI device
-stands for each distinct name, so the slots of one GPU share a device. Each device gets its GPU's
-device nodes (and, for MIG, the instance's capability nodes); the nodes every GPU user needs
-(nvidiactl, nvidia-uvm, …) are the spec's own container edits, applied once whichever devices a
-container gets, as nvidia-ctk lays them out.
+instance (a legacy `MIG-GPU-<gpu uuid>/<gi>/<ci>` UUID, which CDI names cannot hold, as
+`MIG-GPU-<gpu uuid>-gi<gi>-ci<ci>`), and none (null) for a MIG atom the node has reported no
+instance of. No name has another meaning in nvidia-ctk's spec (`<index>`, `<uuid>`,
+`<gpu index>:<mig index>`, `all`). A MIG booking is exposed only as the one MIG device whose UUID
+(`mig_uuid`), profile and placement all match the booking, on the booked GPU: not by placement
+alone, which after a re-layout may be an older, larger instance. One CDI device stands for each
+distinct name, so the slots of one GPU share a device. Each device gets its GPU's device nodes (and,
+for MIG, the instance's capability nodes); the nodes every GPU user needs (nvidiactl, nvidia-uvm, …)
+are the spec's own container edits, applied once whichever devices a container gets, as nvidia-ctk
+lays them out.
 
 The spec lists devices by the same names as nvidia-ctk's own spec; the CDI cache refuses a device
 two specs of one directory both define, so a node keeps nvidia-ctk's spec out of this one's directory.
+
+Fail closed: a booking that cannot be written (a name CDI refuses, an unknown kind, a field missing)
+costs only its own device, and is named in CdiSpec.refused; when no spec can be built at all (the
+inventory cannot be read) or written, `withdraw` takes out of the file every device the current spec
+does not grant. An empty or partial file is correct; a stale one never is.
 
 With nothing booked the file is removed rather than written empty: the CDI schema allows an empty
 `devices` list, but the reference implementation (container-device-interface, which containerd,
@@ -19,6 +29,7 @@ CRI-O and Podman use) rejects such a spec as invalid ("no devices").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -41,17 +52,19 @@ DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 
 
 class CdiError(ValueError):
-    """The desired state or the target path cannot make a CDI spec (a bug upstream, not a state of
-    the node: a booking the inventory cannot back is reported in CdiSpec.unresolved instead)."""
+    """The desired state, a booking in it or the target path cannot make a CDI spec (a bug upstream,
+    not a state of the node: a booking the inventory cannot back is reported in CdiSpec.unresolved)."""
 
 
 @dataclass(frozen=True)
 class CdiSpec:
-    """A spec to write (None: nothing booked, remove the file) and the bookings left out of it
-    because the inventory does not back them (a GPU gone, a MIG instance not created yet)."""
+    """A spec to write (None: nothing to expose, remove the file), the bookings left out of it
+    because the inventory does not back them (a GPU gone, a MIG instance not created yet or not the
+    booked one), and those left out because they cannot be written: (name, why)."""
 
     document: dict[str, Any] | None
     unresolved: tuple[str, ...]
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 def device_name(cdi_name: str) -> str:
@@ -62,22 +75,43 @@ def device_name(cdi_name: str) -> str:
     return name
 
 
-def _mig_instance(gpu: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """The inventory's MIG instance that `name` (a MIG uuid, or '<index>:<placement>') names."""
-    return next((instance for instance in gpu.get("mig", {}).get("instances", [])
-                 if name in (instance["uuid"], f"{gpu['index']}:{instance['placement']}")), None)
+def granted_names(devices: list[Any]) -> set[str]:
+    """The CDI device names a spec's bookings grant (those that are names at all)."""
+    granted = set()
+    for booking in devices:
+        with contextlib.suppress(CdiError, AttributeError, TypeError):
+            granted.add(device_name(booking.get("cdi_name")))
+    return granted
 
 
-def _device_nodes(booking: dict[str, Any], name: str, gpus: dict[str, dict[str, Any]]) -> list[str] | None:
+def label(booking: dict[str, Any]) -> str:
+    """How a condition names a booking: its CDI name, or what it books where it has none."""
+    if not isinstance(booking, dict):
+        return repr(booking)[:200]
+    if isinstance(booking.get("cdi_name"), str):
+        return booking["cdi_name"]
+    return f"{booking.get('kind')} {booking.get('profile')}@{booking.get('placement')} of {booking.get('device_uuid')}"
+
+
+def _mig_instance(gpu: dict[str, Any], booking: dict[str, Any]) -> dict[str, Any] | None:
+    """The inventory's MIG device a MIG booking names: the only one of the booked profile and
+    placement, and with the booked MIG UUID. None where there is no such device, or several (a GPU
+    instance split into compute instances is not one device)."""
+    matching = [instance for instance in gpu.get("mig", {}).get("instances", [])
+                if (instance.get("profile"), instance.get("placement")) == (booking["profile"], booking["placement"])]
+    return matching[0] if len(matching) == 1 and matching[0].get("uuid") == booking["mig_uuid"] else None
+
+
+def _device_nodes(booking: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> list[str] | None:
     """The device nodes a booking needs, or None where the inventory does not back it."""
     if booking["kind"] not in BOOKING_KINDS:
-        raise CdiError(f"booking {booking['cdi_name']} has kind {booking['kind']!r}, not one of {BOOKING_KINDS}")
+        raise CdiError(f"kind {booking['kind']!r} is not one of {BOOKING_KINDS}")
     gpu = gpus.get(booking["device_uuid"])
     if gpu is None or not gpu.get("device_nodes"):
         return None
     if booking["kind"] != "mig":
         return list(gpu["device_nodes"])
-    instance = _mig_instance(gpu, name)
+    instance = _mig_instance(gpu, booking)
     if instance is None or not instance.get("device_nodes"):
         return None
     return [*gpu["device_nodes"], *instance["device_nodes"]]
@@ -85,24 +119,34 @@ def _device_nodes(booking: dict[str, Any], name: str, gpus: dict[str, dict[str, 
 
 def build_spec(desired: dict[str, Any], inventory: dict[str, Any]) -> CdiSpec:
     """The CDI spec for `desired` ({"generation": int, "devices": [{"cdi_name", "device_uuid",
-    "kind", "reservation_id"}]}) on the node `inventory` describes."""
+    "kind", "reservation_id"; for MIG "profile", "placement", "mig_uuid"}]}) on the node `inventory`
+    describes."""
     generation = desired["generation"]
     if not isinstance(generation, int) or isinstance(generation, bool):
         raise CdiError(f"generation {generation!r} is not an integer")
     gpus = {gpu["uuid"]: gpu for gpu in inventory["devices"]}
     nodes_of: dict[str, list[str]] = {}
     reservations_of: dict[str, set[str]] = {}
-    unresolved = []
+    unresolved: list[str] = []
+    refused: list[tuple[str, str]] = []
     for booking in desired["devices"]:
-        name = device_name(booking["cdi_name"])
-        nodes = _device_nodes(booking, name, gpus)
-        if nodes is None:
-            unresolved.append(booking["cdi_name"])
+        try:
+            name = None if booking["cdi_name"] is None else device_name(booking["cdi_name"])
+            nodes = None if name is None else _device_nodes(booking, gpus)
+            reservation = str(booking["reservation_id"])
+        except CdiError as error:
+            refused.append((label(booking), str(error)))
+            continue
+        except (KeyError, TypeError, AttributeError) as error:
+            refused.append((label(booking), f"the booking is malformed ({type(error).__name__}: {error})"))
+            continue
+        if name is None or nodes is None:
+            unresolved.append(label(booking))
             continue
         nodes_of[name] = nodes
-        reservations_of.setdefault(name, set()).add(str(booking["reservation_id"]))
+        reservations_of.setdefault(name, set()).add(reservation)
     if not nodes_of:
-        return CdiSpec(document=None, unresolved=tuple(unresolved))
+        return CdiSpec(document=None, unresolved=tuple(unresolved), refused=tuple(refused))
     document = {
         "cdiVersion": CDI_VERSION,
         "kind": KIND,
@@ -113,7 +157,7 @@ def build_spec(desired: dict[str, Any], inventory: dict[str, Any]) -> CdiSpec:
                      "containerEdits": {"deviceNodes": [{"path": node} for node in nodes_of[name]]}}
                     for name in sorted(nodes_of)],
     }
-    return CdiSpec(document=document, unresolved=tuple(unresolved))
+    return CdiSpec(document=document, unresolved=tuple(unresolved), refused=tuple(refused))
 
 
 def encode(document: dict[str, Any], path: Path) -> bytes:
@@ -138,4 +182,25 @@ def write_spec(spec: CdiSpec, path: Path = DEFAULT_PATH) -> bool:
     except FileNotFoundError:
         pass
     write_atomically(path, data)
+    return True
+
+
+def withdraw(path: Path, granted: set[str]) -> bool:
+    """Fail closed where no spec can be built or written: take out of the file at `path` every
+    device whose name is not in `granted`, keeping the rest as they are; remove the file when none
+    is left or when it cannot be read. Whether the file changed."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return False
+    try:
+        document = json.loads(data) if path.suffix == ".json" else yaml.safe_load(data)
+        kept = [device for device in document["devices"] if device["name"] in granted]
+    except (ValueError, yaml.YAMLError, KeyError, TypeError):
+        return remove_durably(path)
+    if len(kept) == len(document["devices"]):
+        return False
+    if not kept:
+        return remove_durably(path)
+    write_atomically(path, encode(document | {"devices": kept}, path))
     return True

@@ -33,7 +33,7 @@ from uuid import UUID
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from better_compute.daemon.cdi import CdiError, build_spec, write_spec
+from better_compute.daemon.cdi import CdiError, CdiSpec, build_spec, granted_names, withdraw, write_spec
 from better_compute.daemon.drivers import InventoryDriver, InventoryError
 from better_compute.daemon.journal import DEFAULT_BOUND, Journal
 from better_compute.daemon.state import Credentials, NodeState
@@ -118,7 +118,10 @@ class Daemon:
         self.clock = clock
         self.connected = False
         self.specs_applied = 0
-        self.applied: tuple[int, list[Any]] | None = None  # generation and devices of the spec applied last
+        # Generation and devices of the newest verified spec, which the CDI file follows: the one
+        # applied last, or a newer one that could not be applied (the drift check must not bring back
+        # what it no longer grants).
+        self.applied: tuple[int, list[Any]] | None = None
 
     @property
     def node_id(self) -> UUID:
@@ -174,7 +177,9 @@ class Daemon:
     def apply_spec(self, envelope: Envelope) -> list[Message]:
         """Converge the CDI file to a verified spec and report what was applied. A generation older
         than the one applied last is skipped (it arrived late); the same one is applied again,
-        which changes nothing on disk but re-checks the inventory and re-reports (a lost report)."""
+        which changes nothing on disk but re-checks the inventory and re-reports (a lost report).
+        Fail closed: a device that cannot be written is left out and named; when no spec can be
+        built or written, the devices this spec does not grant are withdrawn from the file."""
         try:
             body = self.open_intent(envelope, "spec")
             generation, spec = body.get("generation"), body.get("spec")
@@ -190,22 +195,30 @@ class Daemon:
             cdi = build_spec({"generation": generation, "devices": spec["devices"]}, self.driver.collect())
             write_spec(cdi, self.cdi_path)
         except (InventoryError, CdiError, KeyError, TypeError, OSError) as error:
-            log.error("spec generation %d cannot be applied: %s", generation, error)
+            log.error("spec generation %d cannot be applied: %s%s", generation, error, self.withdraw(spec["devices"]))
+            self.applied = (generation, spec["devices"])
             failed = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
             return [] if last is None else [self.observed(last, failed)]
         self.journal.last_generation = generation
         self.applied = (generation, spec["devices"])
         self.specs_applied += 1
-        conditions = [{"type": "DevicesUnresolved", "devices": list(cdi.unresolved),
-                       "message": "booked devices the inventory does not back are left out of the CDI spec"}]
-        log.info("spec generation %d applied: %d device(s)%s", generation,
+        log.info("spec generation %d applied: %d device(s)%s%s", generation,
                  len(cdi.document["devices"]) if cdi.document else 0,
-                 f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "")
-        return [self.observed(generation, conditions if cdi.unresolved else [])]
+                 f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "",
+                 f", not writable {', '.join(name for name, _ in cdi.refused)}" if cdi.refused else "")
+        return [self.observed(generation, spec_conditions(cdi))]
+
+    def withdraw(self, devices: list[Any]) -> str:
+        """Take the devices `devices` does not grant out of the CDI file; what was done, for the log."""
+        try:
+            return "; devices no longer granted withdrawn" if withdraw(self.cdi_path, granted_names(devices)) else ""
+        except OSError as error:
+            return f"; the CDI file cannot be changed either: {error}"
 
     def repair_drift(self) -> bool:
-        """Level-triggered between specs: rewrite the CDI file from the spec applied last when it no
-        longer says what that spec does (edited or removed on the node). Whether it had drifted."""
+        """Level-triggered between specs: rewrite the CDI file from the newest verified spec when it
+        no longer says what that spec does (edited or removed on the node, or that spec could not be
+        applied when it came). Whether it had drifted."""
         if self.applied is None:
             return False
         generation, devices = self.applied
@@ -273,6 +286,19 @@ class Daemon:
             return [Error(INVALID_ARGUMENT, f"the renewed certificate is refused: {error}")]
         log.info("certificate renewed; valid until %s", self.credentials.certificate.not_valid_after_utc)
         return []
+
+
+def spec_conditions(cdi: CdiSpec) -> list[dict[str, Any]]:
+    """The conditions of an applied spec: bookings left out of the CDI file, and why."""
+    conditions = []
+    if cdi.unresolved:
+        conditions.append({"type": "DevicesUnresolved", "devices": list(cdi.unresolved),
+                           "message": "booked devices the inventory does not back (no such GPU, or no single MIG "
+                                      "device of the booked UUID, profile and placement) are left out of the CDI spec"})
+    if cdi.refused:
+        conditions.append({"type": "DevicesNotWritable", "devices": [name for name, _ in cdi.refused],
+                           "message": "; ".join(f"{name}: {why}" for name, why in cdi.refused)[:1000]})
+    return conditions
 
 
 # -- the session -------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ class Topology:
     """One GPU's row of `nvidia-smi topo -m`."""
 
     nvlink_peers: tuple[int, ...]  # indexes of the GPUs it reaches over NVLink
-    numa_node: int | None  # the "GPU NUMA ID" column; null where N/A or where the driver has no such column
+    numa_node: int | None  # "GPU NUMA ID", else "NUMA Affinity"; null where neither names one node
 
 
 def _value(element: ElementTree.Element, path: str) -> str | None:
@@ -114,27 +114,37 @@ def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.split("\t")] if "\t" in line else line.split()
 
 
-def parse_topology(text: str) -> dict[int, Topology]:
-    """Parse `nvidia-smi topo -m` into each GPU's NVLink peers (cells `NV<links>`) and GPU NUMA id.
+def _numa(cell: str | None) -> int | None:
+    """A NUMA cell naming one node ('3'); N/A, a range ('0-1') or a list name none."""
+    return int(cell) if cell is not None and cell.isdigit() else None
 
-    Rows can hold more cells than the header (nvidia-smi pads before `GPU NUMA ID`), so GPU
-    columns are read from the left and the NUMA id from the right."""
+
+def parse_topology(text: str) -> dict[int, Topology]:
+    """Parse `nvidia-smi topo -m` into each GPU's NVLink peers (cells `NV<links>`) and NUMA node.
+
+    The NUMA node is `GPU NUMA ID` where it names one (the GPU's memory is a node of its own, as on
+    Grace Hopper), else `NUMA Affinity`, the node the GPU is attached to: `GPU NUMA ID` is N/A on
+    ordinary machines, and drivers before it printed only `NUMA Affinity`. Rows can hold more cells
+    than the header (nvidia-smi pads before `GPU NUMA ID`), so GPU columns are read from the left
+    and the NUMA columns from the right."""
     lines = [_ANSI.sub("", line) for line in text.splitlines()]
     header = next((line for line in lines if re.search(r"\bGPU0\b", line) and not line.startswith("GPU")), None)
     if header is None:
         raise InventoryError("nvidia-smi topo -m printed no GPU header")
     columns = [int(cell[3:]) for cell in _cells(header) if re.fullmatch(r"GPU\d+", cell)]
-    numa_column = "GPU NUMA ID" in header
+    numa_columns = [column for column in ("NUMA Affinity", "GPU NUMA ID") if column in header]
     topology = {}
     for line in lines:
         cells = _cells(line)
         if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
             continue
         links = cells[1:1 + len(columns)]
-        numa = cells[-1] if numa_column else "N/A"
+        filled = [cell for cell in cells if cell]  # the padding cells are empty
+        numa = dict(zip(numa_columns, filled[len(filled) - len(numa_columns):]))
+        own, affinity = _numa(numa.get("GPU NUMA ID")), _numa(numa.get("NUMA Affinity"))
         topology[int(cells[0][3:])] = Topology(
             nvlink_peers=tuple(peer for peer, link in zip(columns, links) if link.startswith("NV")),
-            numa_node=None if numa == "N/A" else int(numa))
+            numa_node=own if own is not None else affinity)
     return topology
 
 
@@ -161,9 +171,18 @@ def parse_mig_profiles(lgip: str, lgipp: str) -> dict[int, tuple[MigProfile, ...
         starts, size = placements[int(found["gpu"]), int(found["id"])]
         profiles.setdefault(int(found["gpu"]), []).append(MigProfile(
             name=without_mig_prefix(found["name"]), id=int(found["id"]), slices=size,
-            # -lgip prints GiB with two decimals, which MIG memory sizes (multiples of 256 MiB) fill exactly.
-            memory_mib=round(float(found["gib"]) * 1024), sm=int(found["sm"]), placements=starts))
+            memory_mib=gib_to_mib(found["gib"]), sm=int(found["sm"]), placements=starts))
     return {gpu: tuple(found) for gpu, found in profiles.items()}
+
+
+def gib_to_mib(gib: str) -> int:
+    """A profile's memory from the GiB that -lgip prints with two decimals: of the MiB counts that
+    print so, the roundest (most trailing zero bits), which is NVML's size: 20096 MiB prints as
+    19.62 (20090.88 MiB), 71424 as 69.75. MIG memory sizes are multiples of 128 MiB or more, and
+    two decimals of a GiB (about 10 MiB wide) hold only one of those."""
+    hundredths = round(float(gib) * 100)
+    low, high = -(-(hundredths * 1024 - 512) // 100), (hundredths * 1024 + 512) // 100
+    return max(range(low, high + 1), key=lambda mib: (mib & -mib, -abs(mib * 100 - hundredths * 1024)))
 
 
 _INSTANCE_ROW = re.compile(
@@ -177,7 +196,16 @@ def parse_gpu_instances(text: str) -> dict[tuple[int, int], tuple[str, int]]:
 
 
 _GPU_LINE = re.compile(r"^GPU (?P<gpu>\d+):")
-_MIG_LINE = re.compile(r"^\s+MIG\s+\S+\s+Device\s+(?P<device>\d+):\s+\(UUID:\s+(?P<uuid>MIG-[^)\s]+)\)")
+# The profile name is absent from the oldest drivers' listing (`MIG Device 0: (UUID: …)`): -lgi has it.
+_MIG_LINE = re.compile(r"^\s+MIG\s+(?:\S+\s+)?Device\s+(?P<device>\d+):\s+\(UUID:\s+(?P<uuid>MIG-[^)\s]+)\)")
+_LEGACY_MIG_UUID = re.compile(r"MIG-(?P<gpu>GPU-[0-9A-Fa-f-]+)/(?P<gi>\d+)/(?P<ci>\d+)")
+
+
+def legacy_mig_uuid(uuid: str) -> tuple[str, int, int] | None:
+    """(GPU uuid, gi, ci) of a MIG UUID in the form drivers before R470 print,
+    `MIG-GPU-<gpu uuid>/<gi>/<ci>`; None for any other UUID."""
+    found = _LEGACY_MIG_UUID.fullmatch(uuid)
+    return None if found is None else (found["gpu"], int(found["gi"]), int(found["ci"]))
 
 
 def parse_mig_uuids(text: str) -> dict[tuple[int, int], str]:
@@ -194,11 +222,24 @@ def parse_mig_uuids(text: str) -> dict[tuple[int, int], str]:
 def mig_instances(gpu: QueriedGpu, placed: dict[tuple[int, int], tuple[str, int]],
                   uuids: dict[tuple[int, int], str]) -> tuple[MigInstance, ...]:
     """A GPU's MIG devices (from -q -x) with the profile and placement of their GPU instance (-lgi)
-    and their UUID (-L, by MIG device index). A device missing from either was created or destroyed
-    between the commands: an InventoryError, and the next collection reads a settled state."""
+    and their UUID (-L): a legacy UUID names its own GI and CI, any other is matched by MIG device
+    index. An output that names none of the GPU's MIG devices is one this driver cannot read (an
+    InventoryError saying which); a device missing from a listing that names others was created or
+    destroyed between the commands (an InventoryError, and the next collection reads a settled state)."""
+    if not gpu.mig_devices:
+        return ()
+    listed = {device: uuid for (index, device), uuid in uuids.items() if index == gpu.index}
+    if not listed:
+        raise InventoryError(f"nvidia-smi -L names no MIG device of GPU {gpu.index}, whose -q -x lists "
+                             f"{len(gpu.mig_devices)}: its lines are not in a form this driver reads")
+    if not any(index == gpu.index for index, _ in placed):
+        raise InventoryError(f"nvidia-smi mig -lgi lists no GPU instance of GPU {gpu.index}, whose -q -x lists "
+                             f"{len(gpu.mig_devices)} MIG devices: its rows are not in a form this driver reads")
+    by_instance = {(legacy[1], legacy[2]): uuid for uuid in listed.values()
+                   if (legacy := legacy_mig_uuid(uuid)) is not None and legacy[0] == gpu.uuid}
     try:
         return tuple(MigInstance(profile=placed[gpu.index, gi][0], placement=placed[gpu.index, gi][1], gi=gi, ci=ci,
-                                 uuid=uuids[gpu.index, device])
+                                 uuid=by_instance[gi, ci] if by_instance else listed[device])
                      for device, gi, ci in gpu.mig_devices)
     except KeyError as missing:
         raise InventoryError(f"GPU {gpu.index}: MIG device {missing} changed while nvidia-smi was read") from None

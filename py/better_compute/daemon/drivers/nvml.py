@@ -9,7 +9,9 @@ record a fixture on a GPU node.
 
 A snapshot: {"driver": str, "cuda_driver_version": int (13000 for 13.0), "gpus": [{"index",
 "name", "uuid", "pci_bus_id", "memory_total" (bytes), "mig_mode" ([current, pending], 1 =
-enabled), "minor_number", "numa_node", "nvlink" (uuids of the GPUs it reaches over NVLink),
+enabled), "minor_number", "numa_node", "memory_affinity" (the NUMA nodes the GPU is attached to,
+nvmlDeviceGetMemoryAffinity: nvidia-smi topo -m's NUMA Affinity), "nvlink" (uuids of the GPUs it
+reaches over NVLink),
 "ecc_uncorrected" (volatile total), "gpu_instance_profiles": [{"profile" (NVML's profile
 constant), "id", "name", "slice_count", "instance_count", "multiprocessor_count", "memory_mib",
 "placements": [[start, size], …] (memory slices)}], "mig_devices": [{"index", "gi", "ci", "uuid",
@@ -36,6 +38,7 @@ from better_compute.daemon.drivers.host import Host
 MIB = 1 << 20
 NOT_AVAILABLE = 0xFFFFFFFF  # NVML's "no value" for a process's GPU/compute instance outside MIG
 MAX_PLACEMENTS = 32  # room for every placement NVML can list: there are at most 8 memory slices
+NODE_SET_WORDS = 16  # NUMA node masks of 64 bits each: room for 1024 nodes
 
 
 def failed(value: Any) -> bool:
@@ -54,8 +57,18 @@ def document_from_snapshot(snapshot: dict[str, Any], host: Host) -> dict[str, An
                               [_gpu(gpu) for gpu in snapshot["gpus"]])
 
 
+def numa_node(gpu: dict[str, Any]) -> int | None:
+    """The GPU's own NUMA node where NVML names one (its memory is a node, as on Grace Hopper), else
+    the one node it is attached to (memory affinity), else None: as the nvidia-smi driver reads
+    topo -m's GPU NUMA ID and NUMA Affinity."""
+    own, attached = gpu["numa_node"], gpu.get("memory_affinity")
+    if not failed(own) and own >= 0:
+        return own
+    return attached[0] if isinstance(attached, list) and len(attached) == 1 else None
+
+
 def _gpu(gpu: dict[str, Any]) -> Gpu:
-    mig_mode, numa, ecc = gpu["mig_mode"], gpu["numa_node"], gpu["ecc_uncorrected"]
+    mig_mode, ecc = gpu["mig_mode"], gpu["ecc_uncorrected"]
     profiles = tuple(MigProfile(name=without_mig_prefix(profile["name"]), id=profile["id"],
                                 # A placement's size, not `slice_count` (compute slices): see MigProfile.
                                 slices=profile["placements"][0][1], memory_mib=profile["memory_mib"],
@@ -66,7 +79,7 @@ def _gpu(gpu: dict[str, Any]) -> Gpu:
     return Gpu(
         uuid=gpu["uuid"], index=gpu["index"], pci_bus_id=gpu["pci_bus_id"], model=gpu["name"],
         memory_mib=gpu["memory_total"] // MIB, minor=None if failed(gpu["minor_number"]) else gpu["minor_number"],
-        numa_node=None if failed(numa) or numa < 0 else numa, nvlink_peers=tuple(gpu["nvlink"]),
+        numa_node=numa_node(gpu), nvlink_peers=tuple(gpu["nvlink"]),
         mig_supported=not failed(mig_mode), mig_enabled=not failed(mig_mode) and mig_mode[0] == 1,
         profiles=profiles,
         instances=tuple(MigInstance(profile=name_of[device["profile_id"]], placement=device["placement"][0],
@@ -111,6 +124,7 @@ def _gpu_snapshot(nvml: ModuleType, index: int, handles: list[Any], uuids: list[
         "mig_mode": mig_mode,
         "minor_number": _refusable(nvml, nvml.nvmlDeviceGetMinorNumber, handle),
         "numa_node": _refusable(nvml, nvml.nvmlDeviceGetNumaNodeId, handle),
+        "memory_affinity": _refusable(nvml, _memory_affinity, nvml, handle),
         "nvlink": [uuids[peer] for peer in range(len(handles))
                    if peer != index and _nvlink_between(nvml, handle, handles[peer])],
         "ecc_uncorrected": _refusable(nvml, nvml.nvmlDeviceGetTotalEccErrors, handle,
@@ -120,6 +134,12 @@ def _gpu_snapshot(nvml: ModuleType, index: int, handles: list[Any], uuids: list[
             for profile in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT)],
         "mig_devices": _mig_devices(nvml, handle) if not failed(mig_mode) and mig_mode[0] == 1 else [],
     }
+
+
+def _memory_affinity(nvml: ModuleType, handle: Any) -> list[int]:
+    """The NUMA nodes whose memory is closest to the GPU (a bit mask in 64-bit words)."""
+    words = nvml.nvmlDeviceGetMemoryAffinity(handle, NODE_SET_WORDS, nvml.NVML_AFFINITY_SCOPE_NODE)
+    return [64 * at + bit for at, word in enumerate(words) for bit in range(64) if word >> bit & 1]
 
 
 def _nvlink_between(nvml: ModuleType, handle: Any, other: Any) -> bool:
