@@ -22,7 +22,7 @@ from better_compute.errors import SQLSTATE_TO_CODE
 from fleet import H200_MODEL, MIG_2X_3G, TIMESLICE_4, WHOLE, register_nodes
 from iam_server import IamServer, TokenPolicy
 from relay_support import Relay, better_iam, running_relay
-from worker_support import wait_until
+from worker_support import register_webhook_key, wait_until
 
 TENANT_A = "aaaaaaaa-0000-4000-8000-000000000001"
 TENANT_B = "bbbbbbbb-0000-4000-8000-000000000002"
@@ -44,7 +44,9 @@ def iam(db: psycopg.Connection) -> Iterator[IamServer]:
 
 
 @pytest.fixture
-def relay(db_dsn: str, iam: IamServer) -> Iterator[Relay]:
+def relay(db_dsn: str, db: psycopg.Connection, iam: IamServer) -> Iterator[Relay]:
+    register_webhook_key(db)  # as a worker does when it starts: webhooks.create seals the secret to it
+    db.commit()
     with running_relay(db_dsn, better_iam(iam.url, timeout=5.0)) as running:
         yield running
 

@@ -33,7 +33,7 @@ from fleet import H200_MODEL, h200_inventory
 from iam_server import IamServer, statement, write_static_iam
 from test_errors import FLAKY
 from relay_support import Relay, RelayDidNotStart, better_iam, headers, running_relay, static_iam
-from worker_support import wait_until
+from worker_support import register_webhook_key, wait_until
 
 SCHEMATHESIS_CONFIG = Path(__file__).resolve().parent / "schemathesis.toml"
 # The fuzz test replays one fixed seed, so CI on a clean clone runs the very cases that passed here;
@@ -56,7 +56,9 @@ def iam_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def relay(db_dsn: str, iam_file: Path) -> Iterator[Relay]:
+def relay(db_dsn: str, db: psycopg.Connection, iam_file: Path) -> Iterator[Relay]:
+    register_webhook_key(db)  # as a worker does when it starts: webhooks.create seals the secret to it
+    db.commit()
     with running_relay(db_dsn, static_iam(iam_file), ["--resolve-secret", SECRET]) as running:
         yield running
 

@@ -31,7 +31,7 @@ from better_compute.webhooks import (
     signature,
     verify_signature,
 )
-from worker_support import Receiver, Received, Reply, running_worker, sender_for, standard_handlers, wait_until
+from worker_support import Receiver, Received, Reply, running_worker, sealed, sender_for, standard_handlers, wait_until
 
 SECRET = "a-webhook-secret-of-32-characters"
 TOLERANCE_SECONDS = 300
@@ -48,7 +48,7 @@ def pg(db: psycopg.Connection) -> psycopg.Connection:
 def webhook(pg: psycopg.Connection, url: str) -> uuid.UUID:
     """A new tenant with one webhook; returns the tenant."""
     tenant = uuid.uuid4()
-    pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (tenant, url, SECRET))
+    pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (tenant, url, sealed(pg, SECRET)))
     return tenant
 
 
