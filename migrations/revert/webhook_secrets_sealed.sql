@@ -19,7 +19,10 @@ $$;
 
 UPDATE api.methods
    SET summary = 'Subscribe a URL to the tenant''s events (signed with the secret).',
-       input_schema = '{"type":"object","properties":{"url":{"type":"string","minLength":1,"maxLength":2000,"pattern":"^https?://(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(\\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\\.?)(:[0-9]{1,5})?([/?#][^\\s]*)?$"},"secret":{"type":"string","minLength":16,"maxLength":200},"event_types":{"type":"array","maxItems":50,"items":{"type":"string","minLength":1,"maxLength":100}},"idempotency_key":{"type":"string","minLength":1,"maxLength":200}},"required":["url","secret"],"additionalProperties":false}'
+       input_schema = pg_catalog.jsonb_set(pg_catalog.jsonb_set((input_schema - 'anyOf') #- '{properties,sealed_secret}',
+                                                                '{properties,secret}',
+                                                                pg_catalog.jsonb_build_object('type', 'string', 'minLength', 16, 'maxLength', 200)),
+                                           '{required}', pg_catalog.jsonb_build_array('url', 'secret'))
  WHERE method = 'webhooks.create';
 
 CREATE OR REPLACE FUNCTION compute.api_webhooks_create(p_tenant_id uuid, p_resource_id text, p_input jsonb)
