@@ -44,9 +44,7 @@ def iam(db: psycopg.Connection) -> Iterator[IamServer]:
 
 
 @pytest.fixture
-def relay(db_dsn: str, db: psycopg.Connection, iam: IamServer) -> Iterator[Relay]:
-    register_webhook_key(db)  # as a worker does when it starts: webhooks.create seals the secret to it
-    db.commit()
+def relay(db_dsn: str, iam: IamServer) -> Iterator[Relay]:
     with running_relay(db_dsn, better_iam(iam.url, timeout=5.0)) as running:
         yield running
 
@@ -88,6 +86,8 @@ def catalog_methods(db: psycopg.Connection) -> set[str]:
 def build_tenant_a(alice: Caller, db: psycopg.Connection) -> dict[str, str]:
     """Tenant A through the API (site, pool, offerings, project, quota, token, webhook, a
     reservation), its nodes registered in SQL (they join by themselves once bcd exists). Returns ids."""
+    register_webhook_key(db)  # as a worker does when it starts: webhooks.create seals the secret to it
+    db.commit()
     site = alice.data("sites.create", {"name": "berlin"})
     pool = alice.data("pools.create", {"site_id": site["site_id"], "name": "h200", "gpu_model": H200_MODEL})
     register_nodes(db, pool["pool_id"], LAYOUTS)
