@@ -40,6 +40,7 @@ from better_compute.clock import Clock
 from better_compute.db import Database
 from better_compute.pki import IntentSigner
 from better_compute.ports.ledger import LocalLedger
+from better_compute.sealing import SecretKeyring
 from better_compute.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookSender, verify_signature
 from better_compute.worker.handlers import default_handlers
 from better_compute.worker.runtime import Worker, WorkerSettings, WorkItem, run_until_signalled
@@ -164,12 +165,18 @@ def named(dsn: str, owner: str) -> str:
 def serve_worker_command(dsn: str, owner: str, audit_key: Path) -> list[str]:
     return [str(BETTER_COMPUTE), "serve", "worker", "--dsn", named(dsn, owner), "--owner", owner,
             "--concurrency", str(SERVE_CONCURRENCY), "--audit-key", str(audit_key), "--intent-key", str(intent_key_beside(audit_key)),
+            "--webhook-key", str(webhook_keys_beside(audit_key).current_path),
             "--webhooks-to-private-addresses"]  # the receiver listens on 127.0.0.1
 
 
 def intent_key_beside(audit_key: Path) -> Path:
     """The workers' intent key (node specs and commands are signed with it), in the cluster's folder too."""
     return audit_key.with_name("intent-ed25519.pem")
+
+
+def webhook_keys_beside(audit_key: Path) -> SecretKeyring:
+    """The workers' webhook key (secrets are sealed to it), in the cluster's folder too."""
+    return SecretKeyring(audit_key.with_name("webhook-x25519.pem"))
 
 
 def noop_worker_command(dsn: str, owner: str, audit_key: Path) -> list[str]:
@@ -186,7 +193,7 @@ def serve_noop_worker(dsn: str, owner: str, audit_key: str) -> None:
             clock = Clock.anchored(conn, "worker_api.now")
         sender = WebhookSender(clock, private_addresses=True)  # the benchmark's receivers listen on 127.0.0.1
         handlers = default_handlers(db, LocalLedger(db), sender, AuditSigner(audit_key),
-                                    IntentSigner(intent_key_beside(Path(audit_key))))
+                                    IntentSigner(intent_key_beside(Path(audit_key))), webhook_keys_beside(Path(audit_key)))
         run_until_signalled(Worker(db, {**handlers, NOOP_KIND: noop}, WorkerSettings(owner, WORK_CONCURRENCY)))
 
 
@@ -262,13 +269,14 @@ SELECT count(*), count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (W
 """
 
 
-def create_webhooks(dsn: str, receiver: Receiver) -> None:
-    """Tenant n's webhook posts to /hook/n, signed with that path's secret."""
+def create_webhooks(dsn: str, receiver: Receiver, keys: SecretKeyring) -> None:
+    """Tenant n's webhook posts to /hook/n, signed with that path's secret (sealed to the workers' key)."""
     with psycopg.connect(dsn) as conn:
+        conn.execute("SELECT worker_api.sealing_key_register(%s, %s)", (keys.key_id, keys.public_key))
         for number in range(WEBHOOK_TENANTS):
             path = f"/hook/{number}"
             conn.execute("SELECT compute.webhook_create(%s, %s, %s)",
-                         (tenant_id(number), receiver.url(path), receiver.secrets_by_path[path]))
+                         (tenant_id(number), receiver.url(path), keys.seal(receiver.secrets_by_path[path]).text()))
 
 
 def delivery_counts(conn: psycopg.Connection) -> tuple[int, int]:
@@ -369,7 +377,7 @@ def benchmark(cluster: embedded.Cluster) -> dict[str, Any]:
         migrate.migrate(dsn)
     secrets_by_path = {f"/hook/{number}": secrets.token_hex(16) for number in range(WEBHOOK_TENANTS)}
     with phase(timings, "webhooks"), receiving(secrets_by_path) as receiver:
-        create_webhooks(dsn, receiver)
+        create_webhooks(dsn, receiver, webhook_keys_beside(audit_key))
         throughput = list(drain_outbox(dsn, receiver, audit_key))
         received = receiver.tally()
     for workers in WORKER_COUNTS:

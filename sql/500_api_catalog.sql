@@ -180,6 +180,16 @@ BEGIN
             pg_catalog.format('The fields are: %s.', (SELECT pg_catalog.string_agg(k, ', ' ORDER BY k)
                                                           FROM pg_catalog.jsonb_object_keys(p_schema -> 'properties') AS k)));
     END IF;
+    -- A secret the catalog marks x-sealed-as never reaches the database in plain text (P14): the
+    -- relay seals it into that field; here it is refused before anything is written.
+    SELECT k INTO v_field FROM pg_catalog.jsonb_each(p_input) AS e(k, v)
+     WHERE e.v <> 'null' AND p_schema #> ARRAY['properties', e.k] ? 'x-sealed-as' ORDER BY k LIMIT 1;
+    IF FOUND THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s reaches the database only sealed', v_field),
+            pg_catalog.format('Send it through the HTTP relay, which seals it into %s with the worker''s key; at psql pass %s, '
+                              'sealed to the key in ops.sealing_keys (docs/worker.md).',
+                              p_schema #>> ARRAY['properties', v_field, 'x-sealed-as'], p_schema #>> ARRAY['properties', v_field, 'x-sealed-as']));
+    END IF;
     SELECT r INTO v_field FROM pg_catalog.jsonb_array_elements_text(coalesce(p_schema -> 'required', '[]')) AS r
      WHERE coalesce(p_input -> r, 'null') = 'null' ORDER BY r LIMIT 1;
     IF FOUND THEN

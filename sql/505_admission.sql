@@ -4,7 +4,7 @@
 --   (relay)      asks the IAM port once; timeout or error = deny
 --   api.admit    allow: apply the mutation, audit it, emit its event, in one transaction;
 --                deny: void the provisional rows, audit the denial
---   api.read     a read after an allow
+--   api.read     a read after an allow; a denied read is audited
 -- An admission never admitted (its relay died) is voided by compute.admissions_expire (worker sweep)
 -- after admission_seconds. Idempotency: (tenant, method, idempotency_key) of a pending or admitted
 -- admission answers that admission; another request under the same key is IDEMPOTENCY_MISMATCH.
@@ -139,14 +139,26 @@ COMMENT ON FUNCTION compute.resource_require(uuid, text, text) IS 'NOT_FOUND unl
 
 -- -- prepare ----------------------------------------------------------------------------------------
 
+CREATE FUNCTION compute.iam_attributes(p_method api.methods, p_attributes jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    -- Secrets stay out of what IAM sees (the authorize request, the resolver): a field the catalog
+    -- marks writeOnly (webhooks.create's secret, sealed or not) is left out. Policies never read them.
+    SELECT p_attributes - ARRAY(SELECT p.key FROM pg_catalog.jsonb_each(p_method.input_schema -> 'properties') AS p
+                                 WHERE p.value -> 'writeOnly' = 'true'::jsonb);
+$$;
+COMMENT ON FUNCTION compute.iam_attributes(api.methods, jsonb) IS 'A request''s attributes as IAM sees them: without the fields the catalog marks writeOnly (secrets).';
+
 CREATE FUNCTION compute.iam_request(p_tenant_id uuid, p_method api.methods, p_resource_id text, p_attributes jsonb)
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT pg_catalog.jsonb_build_object('tenantId', p_tenant_id, 'action', p_method.action,
-        'resource', pg_catalog.jsonb_build_object('type', p_method.resource_type, 'id', p_resource_id), 'attributes', p_attributes);
+        'resource', pg_catalog.jsonb_build_object('type', p_method.resource_type, 'id', p_resource_id),
+        'attributes', compute.iam_attributes(p_method, p_attributes));
 $$;
-COMMENT ON FUNCTION compute.iam_request(uuid, api.methods, text, jsonb) IS 'The IAM request of a method on a resource (Better IAM''s authorize body).';
+COMMENT ON FUNCTION compute.iam_request(uuid, api.methods, text, jsonb) IS 'The IAM request of a method on a resource (Better IAM''s authorize body), secrets left out.';
 
 CREATE FUNCTION compute.admission_slot(p_tenant_id uuid, p_credential text)
 RETURNS integer
@@ -432,6 +444,8 @@ RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = ''
 AS $$
+-- Answers {data} or {error} like api.admit: a deny must commit, with its audit event. Allowed reads
+-- are not audited (their volume; docs/api.md says what is).
 DECLARE
     v_method api.methods := compute.method_get(p_method);
     v_result jsonb;
@@ -440,15 +454,17 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is a mutation', p_method), 'Admit it with api.admit.');
     END IF;
     IF NOT compute.decision_allowed(p_decision) THEN
-        PERFORM compute.raise_error('ACCESS_DENIED', compute.denial(v_method, p_decision) #>> '{error,message}',
-                                    compute.denial(v_method, p_decision) #>> '{error,hint}');
+        PERFORM compute.audit_record(p_tenant_id, coalesce(p_decision ->> 'principal', 'unknown'), v_method.action,
+            v_method.resource_type, coalesce(p_input ->> v_method.resource_key, '*'), 'deny', p_decision ->> 'reason',
+            coalesce(p_decision -> 'matched', '[]'), NULL, pg_catalog.jsonb_build_object('method', v_method.method));
+        RETURN compute.denial(v_method, p_decision);
     END IF;
     PERFORM compute.input_check(v_method.input_schema, p_input);
     EXECUTE pg_catalog.format('SELECT %s($1, $2)', v_method.function::regproc) INTO v_result USING p_tenant_id, p_input;
-    RETURN v_result;
+    RETURN pg_catalog.jsonb_build_object('data', v_result);
 END
 $$;
-COMMENT ON FUNCTION api.read(text, uuid, jsonb, jsonb) IS 'A read method after its allow (ACCESS_DENIED otherwise), scoped to the tenant.';
+COMMENT ON FUNCTION api.read(text, uuid, jsonb, jsonb) IS 'A read method after its decision, scoped to the tenant: {data} on allow; on deny audits it and answers {error} (ACCESS_DENIED).';
 
 CREATE FUNCTION api.resolve(p_type text, p_id text)
 RETURNS jsonb
@@ -459,7 +475,7 @@ DECLARE
     v_answer jsonb := compute.resource_describe(p_type, p_id);
 BEGIN
     IF v_answer IS NULL THEN  -- a resource being created: its pending admission is the provisional row
-        SELECT compute.resource_json(a.tenant_id, m.parent_type, a.parent_id, a.attributes || '{"provisional": true}')
+        SELECT compute.resource_json(a.tenant_id, m.parent_type, a.parent_id, compute.iam_attributes(m, a.attributes) || '{"provisional": true}')
           INTO v_answer
           FROM compute.admissions AS a JOIN api.methods AS m ON m.method = a.method
          WHERE a.resource_id = p_id AND a.state = 'pending' AND m.resource_type = p_type
@@ -471,7 +487,7 @@ BEGIN
     RETURN v_answer;
 END
 $$;
-COMMENT ON FUNCTION api.resolve(text, text) IS 'Better IAM''s resolveResource: tenant, parent and attributes of a resource, provisional ones included.';
+COMMENT ON FUNCTION api.resolve(text, text) IS 'Better IAM''s resolveResource: tenant, parent and attributes of a resource, provisional ones included (secrets left out).';
 
 -- -- expiry -----------------------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(v_types) AS t WHERE pg_catalog.jsonb_typeof(t) <> 'string') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'event_types is a list of strings', 'e.g. ["reservation.*"]');
     END IF;
-    PERFORM compute.webhook_create(p_tenant_id, compute.input_text(p_input, 'url'), compute.input_text(p_input, 'secret'),
+    PERFORM compute.webhook_create(p_tenant_id, compute.input_text(p_input, 'url'), compute.input_text(p_input, 'sealed_secret'),
         ARRAY(SELECT pg_catalog.jsonb_array_elements_text(v_types)), p_resource_id::uuid);
     RETURN (SELECT compute.webhook_json(w) FROM compute.webhooks AS w WHERE w.webhook_id = p_resource_id::uuid);
 END

@@ -31,9 +31,10 @@ BEGIN
         PERFORM compute.audit_record(v_tenant_id, v_decision ->> 'principal', v_method.action, v_method.resource_type,
             v_prepared #>> '{iam,resource,id}', 'allow', v_decision ->> 'reason', '[]', NULL,
             pg_catalog.jsonb_build_object('method', p_method, 'break_glass', true));
-        RETURN api.read(p_method, v_tenant_id, v_input, v_decision);
+        v_answer := api.read(p_method, v_tenant_id, v_input, v_decision);
+    ELSE
+        v_answer := api.admit((v_prepared ->> 'admission_id')::uuid, v_decision);
     END IF;
-    v_answer := api.admit((v_prepared ->> 'admission_id')::uuid, v_decision);
     IF v_answer ? 'error' THEN
         PERFORM compute.raise_error(v_answer #>> '{error,code}', v_answer #>> '{error,message}', v_answer #>> '{error,hint}');
     END IF;

@@ -117,7 +117,8 @@ def running_worker_process(dsn: str, keys: Path, extra: Sequence[str] = ()) -> I
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
             [*CLI, "worker", "--dsn", dsn, "--owner", "test-worker", "--poll-seconds", "0.2", "--grace-seconds", "5",
-             "--intent-key", str(keys / "intent.key"), "--audit-key", str(keys / "audit.pem"), *extra],
+             "--intent-key", str(keys / "intent.key"), "--audit-key", str(keys / "audit.pem"),
+             "--webhook-key", str(keys / "webhook.key"), *extra],
             stdout=subprocess.DEVNULL, stderr=log_file, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "py")})
     try:
         deadline = time.monotonic() + START_SECONDS

@@ -22,7 +22,7 @@ from better_compute.errors import SQLSTATE_TO_CODE
 from fleet import H200_MODEL, MIG_2X_3G, TIMESLICE_4, WHOLE, register_nodes
 from iam_server import IamServer, TokenPolicy
 from relay_support import Relay, better_iam, running_relay
-from worker_support import wait_until
+from worker_support import register_webhook_key, wait_until
 
 TENANT_A = "aaaaaaaa-0000-4000-8000-000000000001"
 TENANT_B = "bbbbbbbb-0000-4000-8000-000000000002"
@@ -86,6 +86,8 @@ def catalog_methods(db: psycopg.Connection) -> set[str]:
 def build_tenant_a(alice: Caller, db: psycopg.Connection) -> dict[str, str]:
     """Tenant A through the API (site, pool, offerings, project, quota, token, webhook, a
     reservation), its nodes registered in SQL (they join by themselves once bcd exists). Returns ids."""
+    register_webhook_key(db)  # as a worker does when it starts: webhooks.create seals the secret to it
+    db.commit()
     site = alice.data("sites.create", {"name": "berlin"})
     pool = alice.data("pools.create", {"site_id": site["site_id"], "name": "h200", "gpu_model": H200_MODEL})
     register_nodes(db, pool["pool_id"], LAYOUTS)

@@ -6,6 +6,8 @@ import uuid
 
 import psycopg
 
+from worker_support import sealed
+
 TENANT = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
 
 
@@ -24,7 +26,7 @@ def count(db: psycopg.Connection, query: str) -> int:
 
 def test_delivered_events_are_pruned_after_retention_and_pending_or_unread_ones_stay(db: psycopg.Connection) -> None:
     db.execute("SELECT compute.clock_pin('2030-01-01 00:00+00')")
-    db.execute("SELECT compute.webhook_create(%s, 'http://127.0.0.1:9/hook', 'a-secret-of-16-chars')", (TENANT,))
+    db.execute("SELECT compute.webhook_create(%s, 'http://127.0.0.1:9/hook', %s)", (TENANT, sealed(db, "a-secret-of-16-chars")))
     delivered, pending, dead = emit(db, 3)
     assert db.execute("SELECT compute.webhooks_fan_out()").fetchone() == (3,)
     db.execute("UPDATE compute.webhook_deliveries SET state = 'delivered' WHERE event_id = %s", (delivered,))

@@ -33,7 +33,7 @@ from fleet import H200_MODEL, h200_inventory
 from iam_server import IamServer, statement, write_static_iam
 from test_errors import FLAKY
 from relay_support import Relay, RelayDidNotStart, better_iam, headers, running_relay, static_iam
-from worker_support import wait_until
+from worker_support import WEBHOOK_KEYS, register_webhook_key, wait_until
 
 SCHEMATHESIS_CONFIG = Path(__file__).resolve().parent / "schemathesis.toml"
 # The fuzz test replays one fixed seed, so CI on a clean clone runs the very cases that passed here;
@@ -44,6 +44,7 @@ TENANT = "00000000-0000-4000-8000-00000000000a"
 OTHER_TENANT = "00000000-0000-4000-8000-00000000000b"
 ALICE = "alice-token"  # may do everything in TENANT
 READER = "reader-token"  # may only read (no mutation) in TENANT
+NOBODY = "nobody-token"  # may do nothing in TENANT
 SECRET = "resolver-shared-secret"
 
 
@@ -52,11 +53,14 @@ def iam_file(tmp_path: Path) -> Path:
     return write_static_iam(tmp_path / "iam.toml", [
         (ALICE, "user:alice", TENANT, [statement("allow")]),
         (READER, "user:reader", TENANT, [statement("allow", ["compute:*:list", "compute:*:get"])]),
+        (NOBODY, "user:nobody", TENANT, [statement("deny")]),
     ])
 
 
 @pytest.fixture
-def relay(db_dsn: str, iam_file: Path) -> Iterator[Relay]:
+def relay(db_dsn: str, db: psycopg.Connection, iam_file: Path) -> Iterator[Relay]:
+    register_webhook_key(db)  # as a worker does when it starts: webhooks.create seals the secret to it
+    db.commit()
     with running_relay(db_dsn, static_iam(iam_file), ["--resolve-secret", SECRET]) as running:
         yield running
 
@@ -288,6 +292,24 @@ def test_a_deny_is_403_access_denied_after_exactly_one_decision(db_dsn: str, db:
     assert db.execute("SELECT count(*) FROM compute.sites").fetchone()[0] == 0
 
 
+def test_a_denied_read_is_audited_and_an_allowed_one_is_not(relay: Relay, db: psycopg.Connection) -> None:
+    """Issue 11 C4: a read IAM denies, a method call or the event stream, writes one audit event with
+    the principal, action, resource and IAM's reason; an allowed read writes none (docs/api.md)."""
+    relay.data("sites.create", {"name": "audited"}, ALICE, TENANT)
+    db.rollback()
+    [(created,)] = db.execute("SELECT event_id FROM compute.audit_events").fetchall()
+    assert relay.data("sites.list", {}, READER, TENANT)[0]["name"] == "audited"
+    denied = relay.post("audit.proof", {"event_id": created}, READER, TENANT)
+    assert denied.status_code == 403 and error_of(denied)["code"] == "ACCESS_DENIED"
+    with relay.client() as client, watch(client, NOBODY) as stream:
+        assert stream.status_code == 403
+    db.rollback()
+    audited = db.execute("SELECT principal, action, resource_type || '/' || resource_id, decision, reason <> '' "
+                         "FROM compute.audit_events WHERE event_id <> %s ORDER BY event_id", (created,)).fetchall()
+    assert audited == [("user:reader", "compute:audit:proof", f"compute-audit-event/{created}", "deny", True),
+                       ("user:nobody", "compute:events:list", "compute-event/*", "deny", True)]
+
+
 def test_an_iam_timeout_is_a_deny(db_dsn: str, db: psycopg.Connection) -> None:
     with IamServer(mode="allow", catalog=actions(db)) as iam, \
             running_relay(db_dsn, better_iam(iam.url, timeout=0.5)) as relay:
@@ -438,6 +460,29 @@ def test_sigterm_ends_open_streams_and_the_relay_exits(db_dsn: str, iam_file: Pa
 
 
 # -- resolver, health, metrics, openapi -----------------------------------------------------------------------
+
+def test_a_webhook_secret_reaches_the_database_only_sealed(relay: Relay, db: psycopg.Connection) -> None:
+    """Issue 11 C3: the relay seals webhooks.create's secret to the worker's key before api.prepare,
+    so neither the admission (its input, IAM's attributes), nor the webhook row, nor the audit or
+    the events, nor the log hold it; the worker's key opens the box to the secret; a retry under
+    the same idempotency key seals to the same box, so it replays instead of mismatching."""
+    plaintext = f"tenant-webhook-secret-{uuid.uuid4().hex}"
+    document = {"url": "https://hooks.example.com/sealed", "secret": plaintext, "idempotency_key": "hook-1"}
+    created = relay.data("webhooks.create", document, ALICE, TENANT)
+    assert relay.data("webhooks.create", document, ALICE, TENANT) == created
+    db.rollback()
+    stored = db.execute("""
+        SELECT (SELECT string_agg(input::text || attributes::text || coalesce(result::text, ''), ' ') FROM compute.admissions)
+            || (SELECT string_agg(to_jsonb(w)::text, ' ') FROM compute.webhooks AS w)
+            || (SELECT string_agg(to_jsonb(e)::text, ' ') FROM compute.audit_events AS e)
+            || (SELECT string_agg(payload::text, ' ') FROM compute.outbox)""").fetchone()[0]
+    assert plaintext not in stored and plaintext not in relay.log()
+    secret, key_id, box = db.execute("SELECT secret, secret_key_id, secret_sealed FROM compute.webhooks WHERE webhook_id = %s",
+                                     (created["webhook_id"],)).fetchone()
+    assert secret is None and WEBHOOK_KEYS.open(key_id, bytes(box)) == plaintext
+    both = relay.post("webhooks.create", {**document, "sealed_secret": WEBHOOK_KEYS.seal(plaintext).text()}, ALICE, TENANT)
+    assert both.status_code == 400 and "not both" in error_of(both)["message"]
+
 
 def test_the_resolver_answers_only_with_the_shared_secret(relay: Relay, db_dsn: str, iam_file: Path) -> None:
     site = relay.data("sites.create", {"name": "resolved"}, ALICE, TENANT)

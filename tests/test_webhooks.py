@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from better_compute.db import Database
+from better_compute.sealing import SecretKeyring
 from better_compute.webhooks import (
     DELIVERY_HEADER,
     EVENT_HEADER,
@@ -31,7 +32,8 @@ from better_compute.webhooks import (
     signature,
     verify_signature,
 )
-from worker_support import Receiver, Received, Reply, running_worker, sender_for, standard_handlers, wait_until
+from better_compute.worker.resealing import register_and_reseal
+from worker_support import Receiver, Received, Reply, running_worker, sealed, sender_for, standard_handlers, wait_until
 
 SECRET = "a-webhook-secret-of-32-characters"
 TOLERANCE_SECONDS = 300
@@ -48,7 +50,7 @@ def pg(db: psycopg.Connection) -> psycopg.Connection:
 def webhook(pg: psycopg.Connection, url: str) -> uuid.UUID:
     """A new tenant with one webhook; returns the tenant."""
     tenant = uuid.uuid4()
-    pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (tenant, url, SECRET))
+    pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (tenant, url, sealed(pg, SECRET)))
     return tenant
 
 
@@ -252,3 +254,44 @@ def test_https_to_an_untrusted_certificate_is_a_failed_attempt(wdb: Database, tm
         assert receiver.requests() == []
     assert (result.ok, result.status) == (False, None)
     assert result.error is not None and "SSLCertVerificationError" in result.error, result.error
+
+
+# -- secrets at rest (issue 11 C3) ------------------------------------------------------------------
+
+def test_a_new_key_reseals_every_secret_of_the_old_key_the_worker_still_holds(pg: psycopg.Connection, wdb: Database,
+                                                                              tmp_path: Path) -> None:
+    """Rotation: a worker started with a new --webhook-key and the old one as --webhook-old-key
+    registers the new key (what the relay seals to from then on) and reseals every secret of the
+    old key to it; deliveries are then signed with the same secret as before."""
+    old = SecretKeyring(tmp_path / "old.key")
+    with Receiver() as receiver:
+        tenant = uuid.uuid4()
+        pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (tenant, receiver.url, sealed(pg, SECRET, old)))
+        rotated = SecretKeyring(tmp_path / "new.key", [old.current_path])
+        assert register_and_reseal(wdb, rotated) == 1
+        assert register_and_reseal(wdb, rotated) == 0
+        keys = dict(pg.execute("SELECT key_id, webhook_secrets FROM ops.sealing_keys WHERE current").fetchall())
+        assert keys == {rotated.key_id: 1}
+        key_id, box = pg.execute("SELECT secret_key_id, secret_sealed FROM compute.webhooks").fetchone()
+        assert (key_id, SecretKeyring(rotated.current_path).open(key_id, bytes(box))) == (rotated.key_id, SECRET)
+        emit(pg, tenant, 1)
+        with running_worker(wdb, standard_handlers(wdb, SecretKeyring(rotated.current_path))):
+            wait_until(lambda: deliveries(pg, "delivered") == 1, 10, "the delivery")
+        assert all(signed_properly(request) for request in receiver.requests())
+
+
+def test_a_secret_the_worker_cannot_open_is_a_failed_attempt_that_says_why(pg: psycopg.Connection, wdb: Database,
+                                                                           tmp_path: Path) -> None:
+    """A box sealed to a key this worker was not given is never sent unsigned or wrongly signed: the
+    attempt fails with the reason (and is retried, for a worker that holds the key)."""
+    with Receiver() as receiver:
+        tenant = uuid.uuid4()
+        pg.execute("SELECT compute.webhook_create(%s, %s, %s)",
+                   (tenant, receiver.url, sealed(pg, SECRET, SecretKeyring(tmp_path / "elsewhere.key"))))
+        emit(pg, tenant, 1)
+        with running_worker(wdb, standard_handlers(wdb)):
+            wait_until(lambda: pg.execute("SELECT count(*) FROM compute.webhook_deliveries WHERE attempts > 0").fetchone()[0],
+                       10, "an attempt")
+        assert receiver.requests() == []
+    [error] = pg.execute("SELECT last_error FROM compute.webhook_deliveries").fetchone()
+    assert "which this worker does not hold" in error

@@ -33,7 +33,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from better_compute.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify_signature
-from worker_support import REPO, Receiver, Received, Reply, wait_until
+from worker_support import REPO, WEBHOOK_KEYS, Receiver, Received, Reply, sealed, wait_until
 
 CLI = [sys.executable, "-m", "better_compute.cli.main", "serve", "worker"]
 READY_LINE = "kinds, concurrency"  # what `serve worker` logs once it is connected
@@ -229,6 +229,7 @@ class WorkerProcess:
                                         "--lease-seconds", str(LEASE_SECONDS), "--poll-seconds", str(POLL_SECONDS),
                                         "--grace-seconds", "10", "--audit-key", str(directory / "audit.pem"),
                                         "--intent-key", str(directory / "intent.key"),
+                                        "--webhook-key", str(WEBHOOK_KEYS.current_path),
                                         "--webhooks-to-private-addresses"],  # the receiver listens on 127.0.0.1
                                        env=env, stdout=output, stderr=subprocess.STDOUT)
         return cls(owner, log, process)
@@ -403,7 +404,7 @@ def test_killed_workers_lose_nothing(pg: psycopg.Connection, chaos: Chaos, rng: 
     pool_id = pool_of_gpus(pg, first - HOUR)
     endpoint = ChaoticEndpoint(random.Random(rng.getrandbits(64)))
     with Receiver(endpoint) as receiver:
-        pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (TENANT, receiver.url, SECRET))
+        pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (TENANT, receiver.url, sealed(pg, SECRET)))
         with Producer(chaos.dsn, pool_id, random.Random(rng.getrandbits(64)), first, this_hour) as producer:
             chaos.rage(KILLS)
         raged = time.monotonic()

@@ -16,7 +16,7 @@ import pytest
 
 from better_compute.db import ContractError, Database
 from better_compute.worker.runtime import WorkItem
-from worker_support import REPO, Receiver, Reply, running_worker, wait_until, worker_database
+from worker_support import REPO, WEBHOOK_KEYS, Receiver, Reply, running_worker, sealed, wait_until, worker_database
 
 CLI = [sys.executable, "-m", "better_compute.cli.main"]
 
@@ -132,6 +132,7 @@ def serve_worker(dsn: str, grace_seconds: float) -> subprocess.Popen[str]:
     env = os.environ | {"PYTHONPATH": str(REPO / "py")}
     return subprocess.Popen([*CLI, "serve", "worker", "--dsn", dsn, "--owner", "sigterm-test", "--poll-seconds", "0.2",
                              "--lease-seconds", "5", "--grace-seconds", str(grace_seconds),
+                             "--webhook-key", str(WEBHOOK_KEYS.current_path),
                              "--webhooks-to-private-addresses"],  # the receiver listens on 127.0.0.1
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -140,7 +141,7 @@ def slow_delivery(pg: psycopg.Connection, url: str) -> None:
     """One event for a webhook whose endpoint answers slowly, and fast webhook retries."""
     pg.execute("UPDATE compute.limits SET value = 1 WHERE name = 'webhook_backoff_base_seconds'")
     tenant = "00000000-0000-0000-0000-0000000000aa"
-    pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (tenant, url, "s" * 32))
+    pg.execute("SELECT compute.webhook_create(%s, %s, %s)", (tenant, url, sealed(pg, "s" * 32)))
     pg.execute("SELECT compute.outbox_emit(%s, 'reservation', 'r1', 'reservation.created', '{}')", (tenant,))
 
 

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import tempfile
 
+import psycopg
+
 from better_compute.audit import AuditSigner
 from better_compute.clock import Clock
 from better_compute.db import Database
 from better_compute.pki import IntentSigner
 from better_compute.ports.ledger import LocalLedger
+from better_compute.sealing import SecretKeyring
 from better_compute.webhooks import WebhookSender
 from better_compute.worker.handlers import default_handlers
 from better_compute.worker.runtime import Handler, Worker, WorkerSettings
@@ -116,11 +119,27 @@ def worker_database(dsn: str, concurrency: int = 4) -> Database:
     return Database(dsn, max_size=concurrency + 2, name="test-worker", role=WORKER_ROLE)
 
 
-def standard_handlers(db: Database) -> dict[str, Handler]:
-    """The handlers `serve worker` runs: local ledger, a real sender, throwaway audit and intent keys."""
-    keys = Path(tempfile.mkdtemp())
-    return default_handlers(db, LocalLedger(db), sender_for(db), AuditSigner(keys / "audit.pem"),
-                            IntentSigner(keys / "intent.key"))
+WEBHOOK_KEYS = SecretKeyring(Path(tempfile.mkdtemp(prefix="bc-test-webhook-key-")) / "webhook.key")
+"""The test workers' webhook key: secrets are sealed to it (`sealed`), standard_handlers open them with it."""
+
+
+def register_webhook_key(conn: psycopg.Connection, keys: SecretKeyring = WEBHOOK_KEYS) -> None:
+    """Register the key as a worker registers its own when it starts (what the relay seals to)."""
+    conn.execute("SELECT worker_api.sealing_key_register(%s, %s)", (keys.key_id, keys.public_key))
+
+
+def sealed(conn: psycopg.Connection, secret: str, keys: SecretKeyring = WEBHOOK_KEYS) -> str:
+    """The secret sealed to `keys` (registered) as webhooks.create takes it: sealed_secret."""
+    register_webhook_key(conn, keys)
+    return keys.seal(secret).text()
+
+
+def standard_handlers(db: Database, keys: SecretKeyring = WEBHOOK_KEYS) -> dict[str, Handler]:
+    """The handlers `serve worker` runs: local ledger, a real sender, throwaway audit and intent keys,
+    the test webhook key."""
+    folder = Path(tempfile.mkdtemp())
+    return default_handlers(db, LocalLedger(db), sender_for(db), AuditSigner(folder / "audit.pem"),
+                            IntentSigner(folder / "intent.key"), keys)
 
 
 def sender_for(db: Database, private_addresses: bool = True) -> WebhookSender:

@@ -15,7 +15,7 @@ SELECT 'reservation_id', pgtap_fixtures.api('reservations.create', pgtap_fixture
     jsonb_build_object('pool_id', :'pool', 'shape', 'gpu', 'count', 1, 'end', now() + interval '1 hour')) #>> '{data,reservation_id}' UNION ALL
 SELECT 'token_id', pgtap_fixtures.api('joinTokens.create', pgtap_fixtures.tenant('A'), jsonb_build_object('pool_id', :'pool')) #>> '{data,token_id}' UNION ALL
 SELECT 'webhook_id', pgtap_fixtures.api('webhooks.create', pgtap_fixtures.tenant('A'),
-    '{"url": "https://a.example/hook", "secret": "0123456789abcdef"}') #>> '{data,webhook_id}';
+    jsonb_build_object('url', 'https://a.example/hook', 'sealed_secret', pgtap_fixtures.sealed_secret())) #>> '{data,webhook_id}';
 INSERT INTO a_ids SELECT 'event_id', max(event_id)::text FROM compute.audit_events WHERE tenant_id = pgtap_fixtures.tenant('A');
 
 -- A full input for each method, every id field filled with A's.

@@ -13,7 +13,7 @@ SELECT is(pgtap_fixtures.api('quotas.get', :'a', jsonb_build_object('pool_id', :
 SELECT throws_ok(format($$SELECT pgtap_fixtures.api('quotas.get', %L, jsonb_build_object('pool_id', %L, 'project_id', %L))$$, :'a', :'pool', :'theirs'),
                  'BC404', format('no project %s in this tenant', :'theirs'), 'another tenant''s project is NOT_FOUND');
 
-SELECT (pgtap_fixtures.api('webhooks.create', :'a', '{"url": "https://example.com/h", "secret": "0123456789abcdef"}') #>> '{data,webhook_id}') AS hook \gset
+SELECT (pgtap_fixtures.api('webhooks.create', :'a', jsonb_build_object('url', 'https://example.com/h', 'sealed_secret', pgtap_fixtures.sealed_secret())) #>> '{data,webhook_id}') AS hook \gset
 SELECT is(pgtap_fixtures.api('webhooks.replay', :'a', jsonb_build_object('webhook_id', :'hook')) #>> '{data,replayed}', '0',
           'replaying a webhook with nothing dead: none');
 SELECT pgtap_fixtures.api('webhooks.delete', :'a', jsonb_build_object('webhook_id', :'hook'));

@@ -37,8 +37,8 @@ SELECT throws_ok(format($$SELECT ops.call('nodes.uncordon', '{"tenant_id": "%s",
 SELECT throws_ok(format($$SELECT ops.call('capacity.earliest', '{"tenant_id": "%s", "pool_id": "%s", "shape": "gpu", "count": 999999999, "duration_seconds": 60}', 'INC-1')$$,
                         :'tenant', :'pool'),
                  'BC400', 'count is above its maximum 100000', 'a bound of the document');
-SELECT throws_ok(format($$SELECT ops.call('webhooks.create', '{"tenant_id": "%s", "url": "https://example.com/h", "secret": "0123456789abcdef", "event_types": ["reservation.*", ""]}', 'INC-1')$$,
-                        :'tenant'),
+SELECT throws_ok(format($$SELECT ops.call('webhooks.create', '{"tenant_id": "%s", "url": "https://example.com/h", "sealed_secret": "%s", "event_types": ["reservation.*", ""]}', 'INC-1')$$,
+                        :'tenant', pgtap_fixtures.sealed_secret()),
                  'BC400', 'event_types [1] is shorter than its minLength 1', 'an item of a list');
 SELECT throws_ok(format($$SELECT ops.call('capacity.free', '{"tenant_id": "%s", "pool_id": "%s", "shape": "GPU", "end": "2030-01-01T00:00:00Z"}', 'INC-1')$$,
                         :'tenant', :'pool'),

@@ -23,10 +23,12 @@ SELECT ok(NOT compute.webhook_url_valid('http://bücher.example/'), 'a host that
 SELECT ok(NOT compute.webhook_url_valid('http://hooks.example.com/a' || chr(1)), 'a control character is not');
 SELECT ok(NOT compute.webhook_url_valid('http:///hook'), 'an empty host is not');
 
-SELECT throws_ok($$SELECT compute.webhook_create('00000000-0000-0000-0000-000000000001', 'http://[x', repeat('s', 32))$$,
+SELECT throws_ok($$SELECT compute.webhook_create('00000000-0000-0000-0000-000000000001', 'http://[x', pgtap_fixtures.sealed_secret())$$,
                  'BC400', NULL, 'webhook_create refuses it as INVALID_ARGUMENT');
-SELECT throws_ok($$INSERT INTO compute.webhooks (webhook_id, tenant_id, url, secret, created_at)
-                   VALUES (gen_random_uuid(), '00000000-0000-0000-0000-000000000001', 'http://[x', repeat('s', 32), now())$$,
+SELECT pgtap_fixtures.sealed_secret() AS sealed \gset
+SELECT throws_ok(format($$INSERT INTO compute.webhooks (webhook_id, tenant_id, url, secret_key_id, secret_sealed, created_at)
+                          SELECT gen_random_uuid(), '00000000-0000-0000-0000-000000000001', 'http://[x', s.key_id, s.box, now()
+                            FROM compute.sealed_secret_parse(%L) AS s$$, :'sealed'),
                  '23514', NULL, 'the table refuses it too, whoever writes the row');
 
 SELECT * FROM finish();

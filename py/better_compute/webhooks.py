@@ -46,7 +46,7 @@ RESPONSE_BYTES_READ = 4096  # the answer's body is not used; read a little so th
 
 @dataclass(frozen=True)
 class Delivery:
-    """One attempt's input, as worker_api.webhook_due returns it."""
+    """One attempt's input: a row of worker_api.webhook_due and its secret, opened by the worker."""
 
     delivery_id: UUID
     event_type: str
@@ -55,8 +55,8 @@ class Delivery:
     body: Mapping[str, Any]
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Delivery:
-        return cls(row["delivery_id"], row["event_type"], row["url"], row["secret"], row["body"])
+    def from_row(cls, row: Mapping[str, Any], secret: str) -> Delivery:
+        return cls(row["delivery_id"], row["event_type"], row["url"], secret, row["body"])
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ builds the database pool, the clock and the ports, and passes them in (P10)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
 from typing import Annotated
@@ -26,8 +27,10 @@ from better_compute.ports.ledger import BetterIamLedger, Ledger, LocalLedger
 from better_compute.relay.app import Relay, RelaySettings
 from better_compute.relay.server import relay_server, serve
 from better_compute.relay.sse import StreamSettings
+from better_compute.sealing import SecretKeyring
 from better_compute.webhooks import WebhookSender
 from better_compute.worker.handlers import default_handlers
+from better_compute.worker.resealing import register_and_reseal
 from better_compute.worker.runtime import Worker, WorkerSettings, default_owner, run_until_signalled
 
 app = typer.Typer(no_args_is_help=True, help="Run the control plane's processes.")
@@ -76,6 +79,11 @@ def worker_command(
     intent_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_INTENT_KEY",
                                              help="Ed25519 key that signs node specs and commands (created if "
                                                   "missing).")] = Path(".bc/pki/intent.key"),
+    webhook_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_WEBHOOK_KEY",
+                                              help="X25519 key that opens webhook secrets (created if missing; every "
+                                                   "worker needs the same one).")] = Path(".bc/pki/webhook.key"),
+    webhook_old_key: Annotated[list[Path] | None, typer.Option(help="A previous --webhook-key, still opened while its "
+                                                                    "secrets are resealed (repeatable).")] = None,
     webhooks_to_private_addresses: WebhooksToPrivateAddresses = False,
 ) -> None:
     """Run the work queue as role bc_worker: sweeps, outbox fan-out, webhooks, usage export, audit checkpoints,
@@ -84,21 +92,33 @@ def worker_command(
     settings = WorkerSettings(owner or default_owner(), concurrency, lease_seconds, poll_seconds, grace_seconds)
     db = worker_database(dsn, concurrency)
     with db:
-        run_until_signalled(make_worker(db, settings, make_ledger(ledger, db, ledger_url, ledger_token), audit_key,
-                                        intent_key, webhooks_to_private_addresses))
+        run_until_signalled(make_worker(db, settings, make_ledger(ledger, db, ledger_url, ledger_token),
+                                        WorkerKeys(audit_key, intent_key, SecretKeyring(webhook_key, webhook_old_key or ())),
+                                        webhooks_to_private_addresses))
 
 
 def worker_database(dsn: str, concurrency: int) -> Database:
     return Database(dsn, max_size=concurrency + POOL_SPARE_CONNECTIONS, name="better-compute-worker", role=WORKER_ROLE)
 
 
-def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, audit_key: Path, intent_key: Path,
+@dataclass(frozen=True)
+class WorkerKeys:
+    """The worker's key files: audit checkpoints, node intent, webhook secrets."""
+
+    audit: Path
+    intent: Path
+    webhook: SecretKeyring
+
+
+def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, keys: WorkerKeys,
                 webhooks_to_private_addresses: bool) -> Worker:
-    """The worker with every handler, its clock anchored to the database's (the pool is open)."""
+    """The worker with every handler, its clock anchored to the database's (the pool is open), its
+    webhook key registered and the secrets it can open sealed to it (worker/resealing.py)."""
     with db.pool.connection() as conn:
         clock = Clock.anchored(conn, "worker_api.now")
-    handlers = default_handlers(db, ledger, WebhookSender(clock, webhooks_to_private_addresses), AuditSigner(audit_key),
-                                IntentSigner(intent_key))
+    register_and_reseal(db, keys.webhook)
+    handlers = default_handlers(db, ledger, WebhookSender(clock, webhooks_to_private_addresses), AuditSigner(keys.audit),
+                                IntentSigner(keys.intent), keys.webhook)
     logging.getLogger(__name__).info("worker %s: %d kinds, concurrency %d", settings.owner, len(handlers),
                                      settings.concurrency)
     return Worker(db, handlers, settings)
@@ -225,8 +245,8 @@ def all_command(
     gateway_port: Annotated[int, typer.Option(min=0, max=65535, help="The gateway's port (0: any free one).")] = 8443,
     iam_file: Annotated[Path | None, typer.Option(envvar="BETTER_COMPUTE_IAM_FILE",
                                                   help="Static IAM file (.toml or .json).")] = None,
-    keys: Annotated[Path, typer.Option(help="Folder of the node CA (ca.key, ca.crt), the intent key and the audit "
-                                            "key (created if missing).")] = Path(".bc/pki"),
+    keys: Annotated[Path, typer.Option(help="Folder of the node CA (ca.key, ca.crt), the intent, audit and webhook "
+                                            "keys (created if missing).")] = Path(".bc/pki"),
     trust_domain: Annotated[str, typer.Option(help="SPIFFE trust domain of the node CA.")] = "better-compute.local",
     name: Annotated[str, typer.Option(help="The gateway's name (node sessions, its certificate).")] = "gw-1",
     heartbeat_seconds: Annotated[float, typer.Option(min=0.1, help="Node heartbeat interval.")] = 5.0,
@@ -246,8 +266,10 @@ def all_command(
     db = worker_database(dsn, concurrency)
     with db:
         try:
-            run_all(relay, gateway, make_worker(db, settings, LocalLedger(db), keys / "audit.pem", keys / "intent.key",
-                                                   webhooks_to_private_addresses))
+            run_all(relay, gateway, make_worker(db, settings, LocalLedger(db),
+                                                WorkerKeys(keys / "audit.pem", keys / "intent.key",
+                                                           SecretKeyring(keys / "webhook.key")),
+                                                webhooks_to_private_addresses))
         except GATEWAY_START_ERRORS as error:
             logging.getLogger(__name__).error("serve all cannot start: %s", error)
             raise typer.Exit(1) from error

@@ -29,11 +29,12 @@ from better_compute.db import AsyncDatabase
 from better_compute.errors import ContractError
 from better_compute.ports.iam import AuthorizeRequest, IamPort
 from better_compute.relay import openapi
-from better_compute.relay.admission import ALL_RESOURCES, Admission, denied
+from better_compute.relay.admission import ALL_RESOURCES, Admission
 from better_compute.relay.catalog import PATH_PREFIX, Catalog, InputSchema
 from better_compute.relay.envelope import data_response, error, error_response, invalid_argument, unavailable
 from better_compute.relay.inbound import bearer, caller_credential, read_object, tenant
 from better_compute.relay.metrics import UNKNOWN, MetricsMiddleware, RelayMetrics
+from better_compute.relay.sealing import seal_fields
 from better_compute.relay.sse import EventStream, EventStreamResponse, Notifier, StreamSettings
 
 log = logging.getLogger(__name__)
@@ -140,8 +141,9 @@ class Relay:
         credential = caller_credential(request)
         document = await read_object(request)
         method.input.check(document, method.name)
-        return data_response(await self.admission.run(method, tenant(request, self.iam, credential), document,
-                                                      credential))
+        tenant_id = tenant(request, self.iam, credential)
+        document = await seal_fields(self.db, method, tenant_id, document)
+        return data_response(await self.admission.run(method, tenant_id, document, credential))
 
     async def watch(self, request: Request) -> EventStreamResponse:
         """GET /api/compute/watch: the tenant's events from Last-Event-ID on, after one IAM decision."""
@@ -159,7 +161,7 @@ class Relay:
             decision = await self.admission.decide(credential, AuthorizeRequest(
                 str(tenant_id), method.action, method.resource_type, ALL_RESOURCES))
             if not decision.allowed:
-                raise denied(method, decision)
+                raise await self.admission.refuse_read(method, tenant_id, decision)
             stream = EventStream(self.db, tenant_id, request.headers.get("last-event-id"), self.settings.streams,
                                  wakeup, self.stopping)
             await stream.fetch()  # a bad Last-Event-ID is an error answer, not a broken stream

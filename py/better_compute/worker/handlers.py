@@ -17,6 +17,7 @@ from better_compute.audit import AuditSigner, checkpoint_due
 from better_compute.db import Database
 from better_compute.pki import IntentSigner
 from better_compute.ports.ledger import Ledger, LedgerEntry
+from better_compute.sealing import SealingError, SecretKeyring
 from better_compute.webhooks import Delivery, DeliveryResult
 from better_compute.worker.runtime import Handler, WorkItem
 
@@ -32,7 +33,7 @@ class Sender(Protocol):
 
 
 def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: AuditSigner,
-                     intent: IntentSigner) -> dict[str, Handler]:
+                     intent: IntentSigner, keyring: SecretKeyring) -> dict[str, Handler]:
     return {
         "audit.checkpoint": sign_audit_checkpoints(db, signer),
         "node.spec.sign": sign_node_spec(db, intent),
@@ -45,7 +46,7 @@ def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: Audit
         "nodes.drains": sweep(db, "worker_api.node_drains_complete"),
         "outbox.fan_out": batched_sweep(db, "worker_api.webhooks_fan_out"),
         "outbox.prune": sweep(db, "worker_api.outbox_prune"),
-        "webhook.deliver": deliver_webhooks(db, sender),
+        "webhook.deliver": deliver_webhooks(db, sender, keyring),
         "usage.export": export_usage(db, ledger),
     }
 
@@ -65,18 +66,27 @@ def batched_sweep(db: Database, function: str) -> Handler:
     return run
 
 
-def deliver_webhooks(db: Database, sender: Sender, batch: int = DELIVERIES_PER_RUN) -> Handler:
+def deliver_webhooks(db: Database, sender: Sender, keyring: SecretKeyring, batch: int = DELIVERIES_PER_RUN) -> Handler:
     """Send the due deliveries of one webhook (the item's key), in order, recording each attempt;
     run again when the next pending one is due. Every write is fenced by the lease epoch. A run
     ends after DELIVERY_RUN_SECONDS even if more are due (it then runs again at once), so that a
-    slow endpoint and killed workers do not use up the item's attempts."""
+    slow endpoint and killed workers do not use up the item's attempts. The secret is opened with
+    the worker's keys; one it cannot open is a failed attempt that says why (and is retried)."""
     def deliver(item: WorkItem) -> float | None:
         timeout = db.call("worker_api.webhook_timeout_seconds")
         deadline = time.monotonic() + DELIVERY_RUN_SECONDS
+        opened: dict[bytes, str] = {}  # the rows of a run are one webhook's: its secret is opened once
         for row in db.rows("worker_api.webhook_due", item.work_id, item.lease_epoch, batch):
             if time.monotonic() > deadline:
                 break
-            result = sender.send(Delivery.from_row(row), timeout)
+            box = bytes(row["secret_sealed"])
+            try:
+                secret = opened[box] if box in opened else keyring.open(row["secret_key_id"], box)
+            except SealingError as error:
+                result = DeliveryResult(False, None, str(error))
+            else:
+                opened[box] = secret
+                result = sender.send(Delivery.from_row(row, secret), timeout)
             db.call("worker_api.webhook_result", item.work_id, item.lease_epoch, row["delivery_id"],
                     result.ok, result.status, result.error)
         return db.call("worker_api.webhook_next_due_seconds", UUID(item.key))
