@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -411,6 +412,47 @@ def test_a_client_that_reads_nothing_is_disconnected_and_frees_its_slot(db_dsn: 
             wait_until(lambda: metric(relay, "bc_relay_event_streams") == 1, 10, "the stream to open")
             wait_until(lambda: metric(relay, "bc_relay_event_streams") == 0, 20, "the stalled stream to be closed")
         assert "the client took nothing" in relay.log()
+
+
+def address(relay: Relay) -> tuple[str, int]:
+    host, port = relay.url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+def watch_request(host: str) -> bytes:
+    return (f"GET /api/compute/watch HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {ALICE}\r\n"
+            f"X-Tenant-Id: {TENANT}\r\n\r\n").encode()
+
+
+def reset_after_sending(relay: Relay, request: bytes, pause: float = 0.0) -> None:
+    """Send a request and reset the connection after `pause` (SO_LINGER 0: close sends RST, not FIN)."""
+    with socket.create_connection(address(relay)) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.sendall(request)
+        time.sleep(pause)
+
+
+def open_streams(relay: Relay) -> int:
+    return httpx.get(relay.url + "/health").json()["data"]["streams"]
+
+
+def test_clients_that_reset_right_after_their_watch_request_free_their_slots_and_their_polling(
+        db_dsn: str, iam_file: Path) -> None:
+    """A stream is cancelled when its client goes; a cancellation lost on the way (Python 3.11's
+    wait_for, which psycopg_pool waits for a connection with, drops one that meets a free connection)
+    must not leave the stream's slot taken and its producer polling api.events for nobody. A small
+    pool makes streams wait for connections, where the cancellations arrive."""
+    with running_relay(db_dsn, static_iam(iam_file), ["--poll-seconds", "0.1", "--pool-size", "2"]) as relay:
+        host, _ = address(relay)
+        for pause in [0, 0.001, 0.003, 0.01, 0.03] * 12:  # gone before, while and after the stream starts
+            reset_after_sending(relay, watch_request(host), pause)
+        wait_until(lambda: open_streams(relay) == 0, 15, f"the slots to be freed\n{relay.tail()}")
+        reads = metric(relay, "bc_relay_event_reads_total")
+        assert reads > 0
+        time.sleep(1.0)  # ten poll intervals: a producer left behind reads api.events again
+        assert metric(relay, "bc_relay_event_reads_total") == reads
+        with relay.client() as client, watch(client) as response:
+            assert response.status_code == 200
 
 
 def test_sigterm_finishes_requests_in_flight(db_dsn: str, db: psycopg.Connection) -> None:
