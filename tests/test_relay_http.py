@@ -27,6 +27,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from better_compute import embedded
 from better_compute.db import AsyncDatabase
 from better_compute.errors import ContractError
 from better_compute.relay.inbound import HTTP_BODY_BYTES
@@ -501,6 +502,45 @@ def test_health_checks_the_database(relay: Relay) -> None:
     response = httpx.get(relay.url + "/health")
     assert response.status_code == 200
     assert response.json()["data"]["status"] == "ok"
+
+
+def assert_unavailable(response: httpx.Response) -> None:
+    """503 UNAVAILABLE with Retry-After: what a client retries (never a 500)."""
+    assert response.status_code == 503, response.text
+    assert error_of(response)["code"] == "UNAVAILABLE"
+    assert int(response.headers["retry-after"]) > 0
+
+
+def terminate_backends(db: psycopg.Connection) -> int:
+    """pg_terminate_backend for every other session on this database (the relay's pool and LISTEN)."""
+    return len(db.execute("""SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                              WHERE datname = current_database() AND pid <> pg_backend_pid()""").fetchall())
+
+
+def test_a_call_on_a_connection_the_database_ended_is_503_unavailable(relay: Relay, db: psycopg.Connection) -> None:
+    assert relay.post("sites.list", {}, ALICE, TENANT).status_code == 200
+    db.commit()
+    assert terminate_backends(db) > 0
+    assert_unavailable(relay.post("sites.list", {}, ALICE, TENANT))  # the pool hands out the connection it had
+    wait_until(lambda: relay.post("sites.list", {}, ALICE, TENANT).status_code == 200, 10, "a new connection")
+    assert "SQLSTATE=None" not in relay.log()
+
+
+def test_a_database_restart_is_503_unavailable_with_retry_after(db_dsn: str, iam_file: Path,
+                                                                pg_server: embedded.Cluster) -> None:
+    with running_relay(db_dsn, static_iam(iam_file), ["--pool-timeout", "1"]) as relay:
+        assert relay.post("sites.list", {}, ALICE, TENANT).status_code == 200
+        pg_server.stop()
+        try:
+            for _ in range(3):
+                assert_unavailable(relay.post("sites.list", {}, ALICE, TENANT))
+            assert_unavailable(httpx.get(relay.url + "/health"))
+            with relay.client() as client, watch(client) as response:
+                assert_unavailable(response.read() and response)
+        finally:
+            pg_server.start()
+        wait_until(lambda: relay.post("sites.list", {}, ALICE, TENANT).status_code == 200, 20, "the database back")
+        assert "SQLSTATE=None" not in relay.log()
 
 
 def test_metrics_label_requests_by_catalog_method_only(relay: Relay) -> None:

@@ -137,6 +137,8 @@ def api_command(
     resolve_secret: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_RESOLVE_SECRET",
                                                        help="Shared secret of Better IAM's resolver endpoint.")] = None,
     pool_size: Annotated[int, typer.Option(min=1, help="Database connections (LISTEN uses one more).")] = 10,
+    pool_timeout: Annotated[float, typer.Option(min=0.1, help="Seconds a request waits for a database connection "
+                                                              "(then 503 UNAVAILABLE).")] = 5.0,
     heartbeat_seconds: Annotated[float, typer.Option(min=0.1, help="Quiet time before an event stream heartbeat.")]
         = 15.0,
     stream_buffer: Annotated[int, typer.Option(min=1, help="Events buffered per event stream.")] = 1000,
@@ -150,12 +152,13 @@ def api_command(
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     streams = StreamSettings(heartbeat_seconds=heartbeat_seconds, poll_seconds=poll_seconds, buffer=stream_buffer,
                              stall_seconds=stall_seconds, max_streams=max_streams)
-    serve(make_relay(dsn, pool_size, make_iam(iam, iam_file, iam_url, iam_credential, iam_timeout),
+    serve(make_relay(dsn, pool_size, pool_timeout, make_iam(iam, iam_file, iam_url, iam_credential, iam_timeout),
                      RelaySettings(resolve_secret, streams)), host, port, grace_seconds)
 
 
-def make_relay(dsn: str, pool_size: int, iam: IamPort, settings: RelaySettings) -> Relay:
-    return Relay(AsyncDatabase(dsn, max_size=pool_size, name="better-compute-api", role=API_ROLE), iam, settings)
+def make_relay(dsn: str, pool_size: int, pool_timeout: float, iam: IamPort, settings: RelaySettings) -> Relay:
+    return Relay(AsyncDatabase(dsn, max_size=pool_size, name="better-compute-api", role=API_ROLE, timeout=pool_timeout),
+                 iam, settings)
 
 
 @app.command("gateway")
@@ -230,7 +233,7 @@ def all_command(
     """Run the API relay, the node gateway and the worker in one process (a single machine), each as
     its own role (bc_api, bc_gateway, bc_worker), with the static IAM file and the local ledger."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    relay = relay_server(make_relay(dsn, 10, make_iam(IamKind.static, iam_file, None, None, 2.0),
+    relay = relay_server(make_relay(dsn, 10, 5.0, make_iam(IamKind.static, iam_file, None, None, 2.0),
                                     RelaySettings(None, StreamSettings())), host, api_port, grace_seconds)
     gateway = make_gateway(dsn, 10, keys / "ca.key", trust_domain, keys / "intent.key",
                            GatewaySettings(name, host, gateway_port, heartbeat_seconds, spec_poll_seconds))
