@@ -480,6 +480,94 @@ def test_sigterm_ends_open_streams_and_the_relay_exits(db_dsn: str, iam_file: Pa
         assert "Application shutdown complete" in relay.log()
 
 
+# -- HTTP bounds (slow clients) ---------------------------------------------------------------------------
+
+BOUNDS = ["--head-seconds", "1", "--body-seconds", "1", "--keep-alive-seconds", "1", "--max-connections", "4"]
+CLOSE_WITHIN = 6.0  # seconds a test waits for the relay to close a connection held past a bound of 1 s
+
+
+def closed_by_the_relay(client: socket.socket) -> bool:
+    """Whether the relay closes the connection within CLOSE_WITHIN s, reading (and dropping) what it sends."""
+    client.settimeout(CLOSE_WITHIN)
+    try:
+        while client.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def trickle(client: socket.socket, data: bytes, seconds: float) -> None:
+    """Send `data` a byte at a time over `seconds` (slowloris), stopping when the relay closes."""
+    for byte in data:
+        try:
+            client.sendall(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        time.sleep(seconds / len(data))
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_head_seconds(db_dsn: str, iam_file: Path) -> None:
+    with running_relay(db_dsn, static_iam(iam_file), BOUNDS) as relay, \
+            socket.create_connection(address(relay)) as idle:
+        assert closed_by_the_relay(idle)
+
+
+def test_a_head_sent_a_byte_at_a_time_is_cut_at_head_seconds(db_dsn: str, iam_file: Path) -> None:
+    with running_relay(db_dsn, static_iam(iam_file), BOUNDS) as relay, \
+            socket.create_connection(address(relay)) as slow, ThreadPoolExecutor(1) as pool:
+        pool.submit(trickle, slow, b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: 1\r\n" * 20 + b"\r\n", 20)
+        assert closed_by_the_relay(slow)
+        assert "the request head took more than 1 s" in relay.log()
+
+
+def test_a_body_sent_a_byte_at_a_time_is_cut_at_body_seconds(db_dsn: str, iam_file: Path) -> None:
+    body = json.dumps({"name": "slow"}).encode()
+    head = (f"POST /api/compute/sites/create HTTP/1.1\r\nHost: x\r\nX-Better-Compute: 1\r\n"
+            f"Authorization: Bearer {ALICE}\r\nX-Tenant-Id: {TENANT}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with running_relay(db_dsn, static_iam(iam_file), BOUNDS) as relay, \
+            socket.create_connection(address(relay)) as slow, ThreadPoolExecutor(1) as pool:
+        slow.sendall(head)
+        pool.submit(trickle, slow, body, 20)
+        assert closed_by_the_relay(slow)
+        assert relay.post("sites.list", {}, ALICE, TENANT).json()["data"] == []  # nothing was created
+        assert "the request body took more than 1 s" in relay.log()
+        assert "Traceback" not in relay.log()
+
+
+def test_an_idle_keep_alive_connection_is_closed_and_a_long_answer_is_not_cut(db_dsn: str, iam_file: Path) -> None:
+    with running_relay(db_dsn, static_iam(iam_file), BOUNDS + ["--heartbeat-seconds", "0.5"]) as relay:
+        with socket.create_connection(address(relay)) as kept:
+            kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+            assert closed_by_the_relay(kept)
+        with relay.client() as client, watch(client) as response:  # bounds on receiving, not on answering
+            lines = response.iter_lines()
+            started = time.monotonic()
+            while time.monotonic() - started < 3:  # three times every bound
+                assert next(line for line in lines if line) == ": heartbeat"
+
+
+def test_connections_beyond_max_connections_are_refused_with_503(db_dsn: str, iam_file: Path) -> None:
+    bounds = BOUNDS[:1] + ["10"] + BOUNDS[2:]  # idle connections stay long enough to fill the bound
+    with running_relay(db_dsn, static_iam(iam_file), bounds) as relay:
+        held = [socket.create_connection(address(relay)) for _ in range(4)]
+        try:
+            with socket.create_connection(address(relay)) as beyond:
+                beyond.settimeout(CLOSE_WITHIN)
+                answer = beyond.recv(4096)
+                assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 2" in answer.lower()
+                assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "UNAVAILABLE"
+                assert closed_by_the_relay(beyond)
+        finally:
+            for connection in held:
+                connection.close()
+        wait_until(lambda: httpx.get(relay.url + "/health").status_code == 200, 10, "the connections to be freed")
+
+
 # -- resolver, health, metrics, openapi -----------------------------------------------------------------------
 
 def test_the_resolver_answers_only_with_the_shared_secret(relay: Relay, db_dsn: str, iam_file: Path) -> None:
