@@ -31,6 +31,7 @@ from better_compute import embedded
 from better_compute.db import AsyncDatabase
 from better_compute.errors import ContractError
 from better_compute.relay.inbound import HTTP_BODY_BYTES
+from better_compute.relay.protocol import HttpBounds
 from fleet import H200_MODEL, h200_inventory
 from iam_server import IamServer, statement, write_static_iam
 from test_errors import FLAKY
@@ -549,6 +550,23 @@ def test_an_idle_keep_alive_connection_is_closed_and_a_long_answer_is_not_cut(db
             started = time.monotonic()
             while time.monotonic() - started < 3:  # three times every bound
                 assert next(line for line in lines if line) == ": heartbeat"
+
+
+def test_a_head_over_head_bytes_is_431_at_once_or_in_pieces(relay: Relay) -> None:
+    bound = HttpBounds().head_bytes
+    assert httpx.get(relay.url + "/health", headers={"X-Filler": "x" * (bound // 2)}).status_code == 200
+    refused = httpx.get(relay.url + "/health", headers={"X-Filler": "x" * bound})
+    assert refused.status_code == 431 and error_of(refused)["code"] == "INVALID_ARGUMENT"
+    with socket.create_connection(address(relay)) as pieces:
+        pieces.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        try:
+            for _ in range(bound // 1000 + 1):
+                pieces.sendall(b"X-Filler: " + b"x" * 1000 + b"\r\n")
+                time.sleep(0.01)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        pieces.settimeout(CLOSE_WITHIN)
+        assert pieces.recv(4096).startswith(b"HTTP/1.1 431")
 
 
 def test_connections_beyond_max_connections_are_refused_with_503(db_dsn: str, iam_file: Path) -> None:
