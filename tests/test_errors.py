@@ -6,6 +6,7 @@ import logging
 
 import psycopg
 import pytest
+from psycopg_pool import PoolTimeout
 
 from better_compute.db import Database
 from better_compute.errors import SQLSTATE_TO_CODE, ContractError, from_database
@@ -36,6 +37,25 @@ def test_exclusion_violation_and_deadlock_are_capacity_conflicts(db: psycopg.Con
     with pytest.raises(psycopg.Error) as raised:
         db.execute(f"DO $$BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '{sqlstate}'; END$$")
     assert (from_database(raised.value).code, from_database(raised.value).http_status) == ("CAPACITY_CONFLICT", 409)
+
+
+@pytest.mark.parametrize("sqlstate", ["57P01", "57P02", "57P03", "08006", "53300"])
+def test_the_server_going_away_or_full_is_unavailable(db: psycopg.Connection, sqlstate: str) -> None:
+    with pytest.raises(psycopg.Error) as raised:
+        db.execute(f"DO $$BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '{sqlstate}'; END$$")
+    mapped = from_database(raised.value)
+    assert (mapped.code, mapped.http_status, mapped.sqlstate) == ("UNAVAILABLE", 503, sqlstate)
+
+
+def test_a_lost_connection_and_a_pool_timeout_are_unavailable(db_dsn: str) -> None:
+    lost = psycopg.connect(db_dsn)
+    with psycopg.connect(db_dsn, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (lost.info.backend_pid,))
+    with pytest.raises(psycopg.OperationalError) as raised:
+        lost.execute("SELECT 1")
+    lost.close()
+    assert (from_database(raised.value).code, from_database(raised.value).http_status) == ("UNAVAILABLE", 503)
+    assert from_database(PoolTimeout("couldn't get a connection after 5.00 sec")).code == "UNAVAILABLE"
 
 
 def test_unknown_sqlstate_is_internal_and_logged(db: psycopg.Connection, caplog: pytest.LogCaptureFixture) -> None:

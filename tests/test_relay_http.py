@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -26,9 +27,11 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from better_compute import embedded
 from better_compute.db import AsyncDatabase
 from better_compute.errors import ContractError
 from better_compute.relay.inbound import HTTP_BODY_BYTES
+from better_compute.relay.protocol import HttpBounds
 from fleet import H200_MODEL, h200_inventory
 from iam_server import IamServer, statement, write_static_iam
 from test_errors import FLAKY
@@ -435,6 +438,47 @@ def test_a_client_that_reads_nothing_is_disconnected_and_frees_its_slot(db_dsn: 
         assert "the client took nothing" in relay.log()
 
 
+def address(relay: Relay) -> tuple[str, int]:
+    host, port = relay.url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+def watch_request(host: str) -> bytes:
+    return (f"GET /api/compute/watch HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {ALICE}\r\n"
+            f"X-Tenant-Id: {TENANT}\r\n\r\n").encode()
+
+
+def reset_after_sending(relay: Relay, request: bytes, pause: float = 0.0) -> None:
+    """Send a request and reset the connection after `pause` (SO_LINGER 0: close sends RST, not FIN)."""
+    with socket.create_connection(address(relay)) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.sendall(request)
+        time.sleep(pause)
+
+
+def open_streams(relay: Relay) -> int:
+    return httpx.get(relay.url + "/health").json()["data"]["streams"]
+
+
+def test_clients_that_reset_right_after_their_watch_request_free_their_slots_and_their_polling(
+        db_dsn: str, iam_file: Path) -> None:
+    """A stream is cancelled when its client goes; a cancellation lost on the way (Python 3.11's
+    wait_for, which psycopg_pool waits for a connection with, drops one that meets a free connection)
+    must not leave the stream's slot taken and its producer polling api.events for nobody. A small
+    pool makes streams wait for connections, where the cancellations arrive."""
+    with running_relay(db_dsn, static_iam(iam_file), ["--poll-seconds", "0.1", "--pool-size", "2"]) as relay:
+        host, _ = address(relay)
+        for pause in [0, 0.001, 0.003, 0.01, 0.03] * 12:  # gone before, while and after the stream starts
+            reset_after_sending(relay, watch_request(host), pause)
+        wait_until(lambda: open_streams(relay) == 0, 15, f"the slots to be freed\n{relay.tail()}")
+        reads = metric(relay, "bc_relay_event_reads_total")
+        assert reads > 0
+        time.sleep(1.0)  # ten poll intervals: a producer left behind reads api.events again
+        assert metric(relay, "bc_relay_event_reads_total") == reads
+        with relay.client() as client, watch(client) as response:
+            assert response.status_code == 200
+
+
 def test_sigterm_finishes_requests_in_flight(db_dsn: str, db: psycopg.Connection) -> None:
     with IamServer(mode="allow", catalog=actions(db)) as iam, \
             running_relay(db_dsn, better_iam(iam.url, timeout=5)) as relay, ThreadPoolExecutor(1) as pool:
@@ -457,6 +501,111 @@ def test_sigterm_ends_open_streams_and_the_relay_exits(db_dsn: str, iam_file: Pa
             assert relay.process.wait(10) == -signal.SIGTERM
             assert time.monotonic() - started < 5
         assert "Application shutdown complete" in relay.log()
+
+
+# -- HTTP bounds (slow clients) ---------------------------------------------------------------------------
+
+BOUNDS = ["--head-seconds", "1", "--body-seconds", "1", "--keep-alive-seconds", "1", "--max-connections", "4"]
+CLOSE_WITHIN = 6.0  # seconds a test waits for the relay to close a connection held past a bound of 1 s
+
+
+def closed_by_the_relay(client: socket.socket) -> bool:
+    """Whether the relay closes the connection within CLOSE_WITHIN s, reading (and dropping) what it sends."""
+    client.settimeout(CLOSE_WITHIN)
+    try:
+        while client.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def trickle(client: socket.socket, data: bytes, seconds: float) -> None:
+    """Send `data` a byte at a time over `seconds` (slowloris), stopping when the relay closes."""
+    for byte in data:
+        try:
+            client.sendall(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        time.sleep(seconds / len(data))
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_head_seconds(db_dsn: str, iam_file: Path) -> None:
+    with running_relay(db_dsn, static_iam(iam_file), BOUNDS) as relay, \
+            socket.create_connection(address(relay)) as idle:
+        assert closed_by_the_relay(idle)
+
+
+def test_a_head_sent_a_byte_at_a_time_is_cut_at_head_seconds(db_dsn: str, iam_file: Path) -> None:
+    with running_relay(db_dsn, static_iam(iam_file), BOUNDS) as relay, \
+            socket.create_connection(address(relay)) as slow, ThreadPoolExecutor(1) as pool:
+        pool.submit(trickle, slow, b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: 1\r\n" * 20 + b"\r\n", 20)
+        assert closed_by_the_relay(slow)
+        assert "the request head took more than 1 s" in relay.log()
+
+
+def test_a_body_sent_a_byte_at_a_time_is_cut_at_body_seconds(db_dsn: str, iam_file: Path) -> None:
+    body = json.dumps({"name": "slow"}).encode()
+    head = (f"POST /api/compute/sites/create HTTP/1.1\r\nHost: x\r\nX-Better-Compute: 1\r\n"
+            f"Authorization: Bearer {ALICE}\r\nX-Tenant-Id: {TENANT}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with running_relay(db_dsn, static_iam(iam_file), BOUNDS) as relay, \
+            socket.create_connection(address(relay)) as slow, ThreadPoolExecutor(1) as pool:
+        slow.sendall(head)
+        pool.submit(trickle, slow, body, 20)
+        assert closed_by_the_relay(slow)
+        assert relay.post("sites.list", {}, ALICE, TENANT).json()["data"] == []  # nothing was created
+        assert "the request body took more than 1 s" in relay.log()
+        assert "Traceback" not in relay.log()
+
+
+def test_an_idle_keep_alive_connection_is_closed_and_a_long_answer_is_not_cut(db_dsn: str, iam_file: Path) -> None:
+    with running_relay(db_dsn, static_iam(iam_file), BOUNDS + ["--heartbeat-seconds", "0.5"]) as relay:
+        with socket.create_connection(address(relay)) as kept:
+            kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+            assert closed_by_the_relay(kept)
+        with relay.client() as client, watch(client) as response:  # bounds on receiving, not on answering
+            lines = response.iter_lines()
+            started = time.monotonic()
+            while time.monotonic() - started < 3:  # three times every bound
+                assert next(line for line in lines if line) == ": heartbeat"
+
+
+def test_a_head_over_head_bytes_is_431_at_once_or_in_pieces(relay: Relay) -> None:
+    bound = HttpBounds().head_bytes
+    assert httpx.get(relay.url + "/health", headers={"X-Filler": "x" * (bound // 2)}).status_code == 200
+    refused = httpx.get(relay.url + "/health", headers={"X-Filler": "x" * bound})
+    assert refused.status_code == 431 and error_of(refused)["code"] == "INVALID_ARGUMENT"
+    with socket.create_connection(address(relay)) as pieces:
+        pieces.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        try:
+            for _ in range(bound // 1000 + 1):
+                pieces.sendall(b"X-Filler: " + b"x" * 1000 + b"\r\n")
+                time.sleep(0.01)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        pieces.settimeout(CLOSE_WITHIN)
+        assert pieces.recv(4096).startswith(b"HTTP/1.1 431")
+
+
+def test_connections_beyond_max_connections_are_refused_with_503(db_dsn: str, iam_file: Path) -> None:
+    bounds = BOUNDS[:1] + ["10"] + BOUNDS[2:]  # idle connections stay long enough to fill the bound
+    with running_relay(db_dsn, static_iam(iam_file), bounds) as relay:
+        held = [socket.create_connection(address(relay)) for _ in range(4)]
+        try:
+            with socket.create_connection(address(relay)) as beyond:
+                beyond.settimeout(CLOSE_WITHIN)
+                answer = beyond.recv(4096)
+                assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 2" in answer.lower()
+                assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "UNAVAILABLE"
+                assert closed_by_the_relay(beyond)
+        finally:
+            for connection in held:
+                connection.close()
+        wait_until(lambda: httpx.get(relay.url + "/health").status_code == 200, 10, "the connections to be freed")
 
 
 # -- resolver, health, metrics, openapi -----------------------------------------------------------------------
@@ -504,6 +653,45 @@ def test_health_checks_the_database(relay: Relay) -> None:
     response = httpx.get(relay.url + "/health")
     assert response.status_code == 200
     assert response.json()["data"]["status"] == "ok"
+
+
+def assert_unavailable(response: httpx.Response) -> None:
+    """503 UNAVAILABLE with Retry-After: what a client retries (never a 500)."""
+    assert response.status_code == 503, response.text
+    assert error_of(response)["code"] == "UNAVAILABLE"
+    assert int(response.headers["retry-after"]) > 0
+
+
+def terminate_backends(db: psycopg.Connection) -> int:
+    """pg_terminate_backend for every other session on this database (the relay's pool and LISTEN)."""
+    return len(db.execute("""SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                              WHERE datname = current_database() AND pid <> pg_backend_pid()""").fetchall())
+
+
+def test_a_call_on_a_connection_the_database_ended_is_503_unavailable(relay: Relay, db: psycopg.Connection) -> None:
+    assert relay.post("sites.list", {}, ALICE, TENANT).status_code == 200
+    db.commit()
+    assert terminate_backends(db) > 0
+    assert_unavailable(relay.post("sites.list", {}, ALICE, TENANT))  # the pool hands out the connection it had
+    wait_until(lambda: relay.post("sites.list", {}, ALICE, TENANT).status_code == 200, 10, "a new connection")
+    assert "SQLSTATE=None" not in relay.log()
+
+
+def test_a_database_restart_is_503_unavailable_with_retry_after(db_dsn: str, iam_file: Path,
+                                                                pg_server: embedded.Cluster) -> None:
+    with running_relay(db_dsn, static_iam(iam_file), ["--pool-timeout", "1"]) as relay:
+        assert relay.post("sites.list", {}, ALICE, TENANT).status_code == 200
+        pg_server.stop()
+        try:
+            for _ in range(3):
+                assert_unavailable(relay.post("sites.list", {}, ALICE, TENANT))
+            assert_unavailable(httpx.get(relay.url + "/health"))
+            with relay.client() as client, watch(client) as response:
+                assert_unavailable(response.read() and response)
+        finally:
+            pg_server.start()
+        wait_until(lambda: relay.post("sites.list", {}, ALICE, TENANT).status_code == 200, 20, "the database back")
+        assert "SQLSTATE=None" not in relay.log()
 
 
 def test_metrics_label_requests_by_catalog_method_only(relay: Relay) -> None:

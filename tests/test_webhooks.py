@@ -29,6 +29,7 @@ from better_compute.webhooks import (
     TIMESTAMP_HEADER,
     Delivery,
     encode_body,
+    is_public,
     signature,
     verify_signature,
 )
@@ -89,6 +90,12 @@ def test_signature_checks_body_secret_and_age() -> None:
     assert not verify_signature("another-secret-of-enough-length", "1900000000", body, header, 300, now=1_900_000_100)
     assert not verify_signature(SECRET, "1900000000", body, header, 300, now=1_900_000_301)
     assert not verify_signature(SECRET, "1900000001", body, header, 300, now=1_900_000_100)
+
+
+@pytest.mark.parametrize("header", ["v1=é", "v1=" + "\u00ff" * 64, "\udcff", "v1=\u2028", ""])
+def test_a_signature_header_that_is_not_ascii_is_false_not_an_error(header: str) -> None:
+    body = encode_body({"id": 1})
+    assert not verify_signature(SECRET, "1900000000", body, header, 300, now=1_900_000_000)
 
 
 def test_every_event_arrives_signed_and_retries_keep_the_delivery_id(pg: psycopg.Connection, wdb: Database) -> None:
@@ -181,14 +188,27 @@ def test_a_url_that_reaches_this_machine_is_refused_without_a_connection(wdb: Da
 
 @pytest.mark.parametrize("url", ["http://localhost:9/hook", "http://[::1]:9/hook", "http://169.254.169.254/latest/meta-data",
                                  "http://10.1.2.3/hook", "http://[::ffff:192.168.0.1]/hook", "http://100.64.0.1/hook",
-                                 "http://224.0.0.1/hook"],
+                                 "http://224.0.0.1/hook", "http://[64:ff9b::7f00:1]:9/hook", "http://[::7f00:1]:9/hook",
+                                 "http://[2002:a9fe:a9fe::1]/latest/meta-data"],
                          ids=["localhost", "ipv6-loopback", "cloud-metadata", "private", "ipv4-mapped-private",
-                              "shared-address-space", "multicast"])
+                              "shared-address-space", "multicast", "nat64-loopback", "ipv4-compatible-loopback",
+                              "6to4-cloud-metadata"])
 def test_a_url_that_reaches_a_non_public_address_is_refused(wdb: Database, url: str) -> None:
     delivery = Delivery(uuid.uuid4(), "reservation.created", url, SECRET, {"id": 1})
     result = sender_for(wdb, private_addresses=False).send(delivery, timeout=0.5)
     assert (result.ok, result.status) == (False, None)
     assert result.error is not None and result.error.startswith("refused: ") and "not a public address" in result.error
+
+
+@pytest.mark.parametrize(("address", "public"), [
+    ("64:ff9b::7f00:1", False), ("64:ff9b::a00:1", False), ("64:ff9b::808:808", True),  # NAT64 (RFC 6052)
+    ("64:ff9b:1::808:808", False),  # local-use NAT64 (RFC 8215): where it embeds its IPv4 is the network's choice
+    ("::7f00:1", False), ("::a9fe:a9fe", False), ("::808:808", True),  # IPv4-compatible (RFC 4291, deprecated)
+    ("2002:7f00:1::1", False), ("2002:a9fe:a9fe::1", False), ("2002:808:808::1", True),  # 6to4 (RFC 3056)
+    ("::ffff:7f00:1", False), ("::ffff:808:808", True), ("2001:db8::1", False), ("2606:4700::1111", True),
+])
+def test_an_ipv6_address_that_embeds_an_ipv4_address_is_judged_by_it(address: str, public: bool) -> None:
+    assert is_public(address) is public
 
 
 def test_the_post_goes_to_a_checked_address_with_the_urls_host(wdb: Database) -> None:

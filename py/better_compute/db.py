@@ -129,14 +129,15 @@ class Database:
 
 
 class AsyncDatabase:
-    """`Database` for asyncio: the same calls, role and retry, over an AsyncConnectionPool."""
+    """`Database` for asyncio: the same calls, role and retry, over an AsyncConnectionPool. A call
+    waits at most `timeout` seconds for a connection, then fails as UNAVAILABLE."""
 
     def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 10, name: str = "better-compute",
-                 role: str | None = None):
+                 role: str | None = None, timeout: float = 30.0):
         self.conninfo = conninfo
         self.role = role
         self.pool = AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False, name=name,
-                                        configure=self._configure)
+                                        configure=self._configure, timeout=timeout)
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         if self.role is not None:

@@ -3,6 +3,12 @@
 SQL raises contract codes through compute.raise_error (table compute.error_codes); this table is the
 one place Python maps them, and tests/test_errors.py keeps the two equal. Python never branches on
 message text. An SQLSTATE not listed here is INTERNAL (500) and is logged with its SQLSTATE.
+
+A database out of reach is UNAVAILABLE (503, with Retry-After over HTTP), not INTERNAL: a lost
+connection (psycopg's OperationalError without an SQLSTATE: refused, reset, closed), the pool's
+timeout waiting for a connection, a connection exception (class 08), the server shutting down or
+starting (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now) or out of
+connection slots (53300). The request may be sent again.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ SQLSTATE_TO_CODE: dict[str, tuple[str, int]] = {
     "BC501": ("UNSUPPORTED", 501),
 }
 INTERNAL = ("INTERNAL", 500)
+UNAVAILABLE = ("UNAVAILABLE", 503)
+UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+RETRY_AFTER_SECONDS = 2  # what an UNAVAILABLE answer tells the client to wait (HTTP Retry-After)
 
 
 @dataclass(frozen=True)
@@ -49,9 +58,21 @@ class ContractError(Exception):
         return {"error": {"code": self.code, "message": self.message, "hint": self.hint}}
 
 
+def unreachable(error: psycopg.Error) -> bool:
+    """The database is out of reach (see above), as opposed to refusing this request."""
+    sqlstate = error.sqlstate
+    if sqlstate is None:
+        return isinstance(error, psycopg.OperationalError)  # psycopg_pool's PoolTimeout is one too
+    return sqlstate.startswith("08") or sqlstate in UNAVAILABLE_SQLSTATES
+
+
 def from_database(error: psycopg.Error) -> ContractError:
     """Map a database error to the contract; unknown SQLSTATEs become INTERNAL and are logged."""
     sqlstate = error.sqlstate
+    if unreachable(error):
+        log.warning("the database is unavailable (SQLSTATE %s, %s): %s", sqlstate, type(error).__name__, error)
+        return ContractError(UNAVAILABLE[0], "the database is unavailable",
+                             f"Send the request again in {RETRY_AFTER_SECONDS} s or more.", UNAVAILABLE[1], sqlstate)
     code, status = SQLSTATE_TO_CODE.get(sqlstate or "", INTERNAL)
     if code == INTERNAL[0]:
         log.error("unmapped database error SQLSTATE=%s: %s", sqlstate, error)

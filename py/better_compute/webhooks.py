@@ -42,6 +42,9 @@ TIMESTAMP_HEADER = "X-Better-Compute-Timestamp"
 SIGNATURE_HEADER = "X-Better-Compute-Signature"
 USER_AGENT = "better-compute-webhooks/1"
 RESPONSE_BYTES_READ = 4096  # the answer's body is not used; read a little so the connection ends cleanly
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: the IPv4 address in the last 32 bits
+LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: where the IPv4 address sits is the network's choice
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # RFC 4291 (deprecated): the IPv4 address in the last 32 bits
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ def verify_signature(secret: str, timestamp: str | int, body: bytes, header: str
         return False
     if abs((time.time() if now is None else now) - sent_at) > tolerance:
         return False
-    return hmac.compare_digest(signature(secret, sent_at, body), header)
+    # bytes, as compare_digest refuses str with non-ASCII characters; "?" never makes a match (hex digits)
+    return hmac.compare_digest(signature(secret, sent_at, body).encode(), header.encode("utf-8", "replace"))
 
 
 def signed_headers(delivery: Delivery, timestamp: int, body: bytes) -> dict[str, str]:
@@ -156,10 +160,24 @@ class Target:
 
 
 def is_public(address: str) -> bool:
+    """A global unicast address. An IPv6 address that embeds an IPv4 one (IPv4-mapped, NAT64, 6to4,
+    IPv4-compatible) reaches that IPv4 address through a translator or tunnel, so it is judged as it."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone (fe80::1%eth0) is link-local anyway
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in LOCAL_NAT64:
+            return False
+        ip = embedded_ipv4(ip) or ip
     return ip.is_global and not ip.is_multicast
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in NAT64 or ip in IPV4_COMPATIBLE:  # ::1 and :: too: 0.0.0.1 and 0.0.0.0 are not public either
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
 
 
 class WebhookSender:

@@ -25,6 +25,7 @@ from better_compute.pki.csr import check_hostname
 from better_compute.ports.iam import BetterIam, IamError, IamPort, StaticIam
 from better_compute.ports.ledger import BetterIamLedger, Ledger, LocalLedger
 from better_compute.relay.app import Relay, RelaySettings
+from better_compute.relay.protocol import HttpBounds
 from better_compute.relay.server import relay_server, serve
 from better_compute.relay.sse import StreamSettings
 from better_compute.sealing import SecretKeyring
@@ -40,6 +41,8 @@ API_ROLE = "bc_api"
 GATEWAY_ROLE = "bc_gateway"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 POOL_SPARE_CONNECTIONS = 2  # the loop's own calls, beside one per running handler
+RELAY_POOL_TIMEOUT_SECONDS = 5.0  # how long a request waits for a database connection (then 503)
+HTTP = HttpBounds()  # the relay's HTTP bounds: the defaults of serve api's options, and serve all's
 
 
 class LedgerKind(str, Enum):
@@ -165,6 +168,18 @@ def api_command(
     resolve_secret: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_RESOLVE_SECRET",
                                                        help="Shared secret of Better IAM's resolver endpoint.")] = None,
     pool_size: Annotated[int, typer.Option(min=1, help="Database connections (LISTEN uses one more).")] = 10,
+    pool_timeout: Annotated[float, typer.Option(min=0.1, help="Seconds a request waits for a database connection "
+                                                              "(then 503 UNAVAILABLE).")] = RELAY_POOL_TIMEOUT_SECONDS,
+    head_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds a request's line and headers may take to "
+                                                              "arrive (then the connection is closed).")]
+        = HTTP.head_seconds,
+    body_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds a request's body may take to arrive after "
+                                                              "its headers (then the connection is closed).")]
+        = HTTP.body_seconds,
+    keep_alive_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds an idle connection stays open between "
+                                                                    "requests.")] = HTTP.keep_alive_seconds,
+    max_connections: Annotated[int, typer.Option(min=2, help="Connections open at once, event streams included "
+                                                             "(at the bound: 503).")] = HTTP.max_connections,
     heartbeat_seconds: Annotated[float, typer.Option(min=0.1, help="Quiet time before an event stream heartbeat.")]
         = 15.0,
     stream_buffer: Annotated[int, typer.Option(min=1, help="Events buffered per event stream.")] = 1000,
@@ -178,12 +193,15 @@ def api_command(
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     streams = StreamSettings(heartbeat_seconds=heartbeat_seconds, poll_seconds=poll_seconds, buffer=stream_buffer,
                              stall_seconds=stall_seconds, max_streams=max_streams)
-    serve(make_relay(dsn, pool_size, make_iam(iam, iam_file, iam_url, iam_credential, iam_tenant, iam_timeout),
-                     RelaySettings(resolve_secret, streams)), host, port, grace_seconds)
+    bounds = HttpBounds(head_seconds=head_seconds, body_seconds=body_seconds, keep_alive_seconds=keep_alive_seconds,
+                        max_connections=max_connections)
+    serve(make_relay(dsn, pool_size, pool_timeout, make_iam(iam, iam_file, iam_url, iam_credential, iam_tenant, iam_timeout),
+                     RelaySettings(resolve_secret, streams)), host, port, grace_seconds, bounds)
 
 
-def make_relay(dsn: str, pool_size: int, iam: IamPort, settings: RelaySettings) -> Relay:
-    return Relay(AsyncDatabase(dsn, max_size=pool_size, name="better-compute-api", role=API_ROLE), iam, settings)
+def make_relay(dsn: str, pool_size: int, pool_timeout: float, iam: IamPort, settings: RelaySettings) -> Relay:
+    return Relay(AsyncDatabase(dsn, max_size=pool_size, name="better-compute-api", role=API_ROLE, timeout=pool_timeout),
+                 iam, settings)
 
 
 @app.command("gateway")
@@ -258,8 +276,9 @@ def all_command(
     """Run the API relay, the node gateway and the worker in one process (a single machine), each as
     its own role (bc_api, bc_gateway, bc_worker), with the static IAM file and the local ledger."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    relay = relay_server(make_relay(dsn, 10, make_iam(IamKind.static, iam_file, None, None, None, 2.0),
-                                    RelaySettings(None, StreamSettings())), host, api_port, grace_seconds)
+    iam = make_iam(IamKind.static, iam_file, None, None, None, 2.0)
+    relay = relay_server(make_relay(dsn, 10, RELAY_POOL_TIMEOUT_SECONDS, iam, RelaySettings(None, StreamSettings())),
+                         host, api_port, grace_seconds, HTTP)
     gateway = make_gateway(dsn, 10, keys / "ca.key", trust_domain, keys / "intent.key",
                            GatewaySettings(name, host, gateway_port, heartbeat_seconds, spec_poll_seconds))
     settings = WorkerSettings(default_owner(), concurrency, 30.0, 1.0, grace_seconds)

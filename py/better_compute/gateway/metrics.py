@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
-from better_compute.errors import INTERNAL, SQLSTATE_TO_CODE
+from better_compute.errors import INTERNAL, SQLSTATE_TO_CODE, UNAVAILABLE
 from better_compute.nodeproto import TYPES
 
 UNKNOWN = "unknown"
 OTHER = "other"
-CODES = frozenset(code for code, _status in SQLSTATE_TO_CODE.values()) | {INTERNAL[0]}
+CODES = frozenset(code for code, _status in SQLSTATE_TO_CODE.values()) | {INTERNAL[0], UNAVAILABLE[0]}
 
 
 class GatewayMetrics:

@@ -163,7 +163,7 @@ class Relay:
             if not decision.allowed:
                 raise await self.admission.refuse_read(method, tenant_id, decision)
             stream = EventStream(self.db, tenant_id, request.headers.get("last-event-id"), self.settings.streams,
-                                 wakeup, self.stopping)
+                                 wakeup, self.stopping, self.metrics.event_reads)
             await stream.fetch()  # a bad Last-Event-ID is an error answer, not a broken stream
         except BaseException:
             closed()

@@ -3,7 +3,7 @@
 Statuses come from the error contract (DESIGN §13, errors.SQLSTATE_TO_CODE); the relay adds only
 what the contract leaves to HTTP: 413 for a body over the bound (still INVALID_ARGUMENT), 405,
 UNAUTHENTICATED (401, with WWW-Authenticate) for a call without a credential, and UNAVAILABLE
-(503) when the database is unreachable or the relay is at its stream bound.
+(503, with Retry-After) when the database is unreachable or the relay is at its stream bound.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from better_compute.errors import INTERNAL, SQLSTATE_TO_CODE, ContractError
+from better_compute.errors import INTERNAL, RETRY_AFTER_SECONDS, SQLSTATE_TO_CODE, UNAVAILABLE, ContractError
 
 log = logging.getLogger(__name__)
 
 CODE_STATUS: dict[str, int] = {code: status for code, status in SQLSTATE_TO_CODE.values()} | {INTERNAL[0]: INTERNAL[1]}
-UNAVAILABLE = ("UNAVAILABLE", 503)
 UNAUTHENTICATED = ("UNAUTHENTICATED", 401)
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="better-compute"'}  # what a 401 must name (RFC 9110)
+RETRY_LATER = {"Retry-After": str(RETRY_AFTER_SECONDS)}  # every 503: the database, the stream bound, stopping
 
 
 def error(code: str, message: str, hint: str | None = None, status: int | None = None) -> ContractError:
@@ -56,5 +56,5 @@ def data_response(data: Any) -> JSONResponse:
 
 
 def error_response(failure: ContractError) -> JSONResponse:
-    headers = CHALLENGE if failure.http_status == UNAUTHENTICATED[1] else None
+    headers = {UNAUTHENTICATED[1]: CHALLENGE, UNAVAILABLE[1]: RETRY_LATER}.get(failure.http_status)
     return JSONResponse(failure.envelope(), status_code=failure.http_status, headers=headers)

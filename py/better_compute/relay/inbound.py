@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from better_compute import strictjson
 from better_compute.errors import ContractError
@@ -26,7 +26,8 @@ def too_large() -> ContractError:
 
 async def read_body(request: Request) -> bytes:
     """The body, refused on its declared length and again while it streams (a chunked body, or a
-    client that lies, declares nothing or too little)."""
+    client that lies, declares nothing or too little). A client gone before its body arrived (closed,
+    or cut at the relay's body deadline) gets an answer nobody reads, not a logged traceback."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -34,10 +35,14 @@ async def read_body(request: Request) -> bytes:
         if int(declared) > HTTP_BODY_BYTES:
             raise too_large()
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > HTTP_BODY_BYTES:
-            raise too_large()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > HTTP_BODY_BYTES:
+                raise too_large()
+    except ClientDisconnect as gone:
+        raise invalid_argument("the connection ended before the body arrived",
+                               "Send the whole body at once, within the relay's body bound.") from gone
     return bytes(body)
 
 

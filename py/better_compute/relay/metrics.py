@@ -26,6 +26,8 @@ class RelayMetrics:
                                  registry=self.registry)
         self.streams = Gauge("bc_relay_event_streams", "Open event streams (GET /api/compute/watch).",
                              registry=self.registry)
+        self.event_reads = Counter("bc_relay_event_reads_total", "api.events calls of the open event streams.",
+                                   registry=self.registry)
 
     def decided(self, allowed: bool) -> None:
         self.decisions.labels("allow" if allowed else "deny").inc()

@@ -9,6 +9,14 @@ than `buffer` events for one client (a client catching up is fed as fast as it r
 stays in the database). A client too slow to take anything for `stall_seconds` (its buffer full,
 its socket not draining) is closed: it resumes with `Last-Event-ID` (each event's `id:` is its
 cursor) and loses nothing.
+
+A stream ends by cancelling its tasks, and a cancellation can be lost: on Python 3.11,
+`asyncio.wait_for` returns the result of what it waited for when that is ready as the cancellation
+arrives, and psycopg_pool waits for a free connection with it. So a stream cancels its tasks until
+they have ended (`cancel_and_wait`): a producer that got a connection instead of its cancellation
+must not keep the stream's slot and poll `api.events` for nobody. The stream's three tasks (the
+producer, the sender, the watch for the client leaving) are siblings with no cleanup of their own
+to interrupt.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from prometheus_client import Counter
 from psycopg import sql
 from starlette.types import Message, Receive, Scope, Send
 
@@ -34,6 +43,7 @@ log = logging.getLogger(__name__)
 CHANNEL = "bc_outbox"
 PAGE = 100  # events one api.events call asks for
 RECONNECT_SECONDS = 1.0
+CANCEL_AGAIN_SECONDS = 1.0  # how long a cancelled task may take to end before it is cancelled again
 HEARTBEAT = b": heartbeat\n\n"
 HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
            (b"x-accel-buffering", b"no")]  # proxies (nginx) must not buffer a stream
@@ -93,11 +103,12 @@ CLOSED = Closed()
 
 
 class EventStream:
-    """One client's stream: a producer task fills the bounded buffer, `send_to()` drains it."""
+    """One client's stream: `produce()` fills the bounded buffer, `send_to()` drains it."""
 
     def __init__(self, db: AsyncDatabase, tenant: uuid.UUID, cursor: str | None, settings: StreamSettings,
-                 wakeup: asyncio.Event, stopping: asyncio.Event):
+                 wakeup: asyncio.Event, stopping: asyncio.Event, reads: Counter):
         self.db = db
+        self.reads = reads
         self.tenant = tenant
         self.cursor = cursor
         self.settings = settings
@@ -112,6 +123,7 @@ class EventStream:
     async def fetch(self) -> int:
         """Read the next page into the buffer (waiting while it is full: the events stay in the
         database meanwhile); how many came. A ContractError (a bad Last-Event-ID) propagates."""
+        self.reads.inc()
         page = await self.db.call("api.events", self.tenant, self.cursor, self.page)
         for event in page["events"]:
             await self.buffer.put(event)
@@ -141,7 +153,6 @@ class EventStream:
     async def send_to(self, send: Send) -> None:
         """Events as they come, a heartbeat comment after each quiet interval, until CLOSED or until
         the client stalls."""
-        producer = asyncio.create_task(self.produce())
         try:
             await self.deliver(send, {"type": "http.response.start", "status": 200, "headers": HEADERS})
             while True:
@@ -158,10 +169,6 @@ class EventStream:
         except Stalled:
             log.info("event stream of tenant %s closed: the client took nothing for %g s",
                      self.tenant, self.settings.stall_seconds)
-        finally:
-            producer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await producer
 
     async def deliver(self, send: Send, message: Message) -> None:
         """Send one message; a client whose socket does not drain for stall_seconds is too slow."""
@@ -181,15 +188,24 @@ class EventStreamResponse:
         self.on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        producing = asyncio.create_task(self.stream.produce())
         sending = asyncio.create_task(self.stream.send_to(send))
         watching = asyncio.create_task(disconnected(receive))
-        try:
+        try:  # the producer ends by closing the buffer, which ends the sending
             await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (sending, watching):
-                task.cancel()
-            await asyncio.gather(sending, watching, return_exceptions=True)
+            for task in (producing, sending, watching):
+                await cancel_and_wait(task)
             self.on_close()
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel `task`, again while it runs on (a lost cancellation, see above), until it has ended."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_AGAIN_SECONDS)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("event stream task failed", exc_info=task.exception())
 
 
 async def disconnected(receive: Receive) -> None:
