@@ -24,14 +24,27 @@ IAM serves was read from its server (repository Better-IAM/better-iam):
   answered with the whole catalog at once (no paging): `[{name, source: "platform" | "tenant",
   resourceType?}]`, the platform's actions (declared in the deployment's `permissions`, known in
   every tenant) and the tenant's own.
+- `billing/record` (`packages/server/src/api/billing.ts`, `createBillingApi().record`, the ledger
+  adapter's route): the meter key is checked first (`meterKey`, `packages/server/src/billing.ts`:
+  `^[a-z][a-z0-9_.-]{0,63}$`, else 400 INVALID_INPUT), then an operation that needs
+  `iam:billing:record` on `iam/billing/meters/{meter}` in `tenantId` (401, 403), then
+  `packages/server/src/billing-service.ts` `record`: a meter that does not reach the tenant is 404
+  NOT_FOUND; `quantity` a number from 0 to 1e15 (default 1), `cost` refused on a rate-card meter,
+  `occurredAt` epoch milliseconds (default now) at most five minutes ahead and at most 366 days
+  back, `idempotencyKey` text of at most 200 characters, `tags` at most 10 `{name: text of at most
+  128}` (all 400 INVALID_INPUT). A key already used in the tenant records nothing and answers the
+  first receipt with `duplicate: true` (409 CONFLICT when that was another meter). The receipt is
+  `{id, tenantId, meter, quantity, period, occurredAt, teamIds: [], duplicate}`, `period` the
+  month of `occurredAt` (billing time zone UTC, the default). Its clock is `now` (epoch seconds;
+  None: the wall clock), as Better IAM's injected clock is.
 
-It keeps every request it receives (refused ones too) and counts the two routes, so a test can
-check "exactly one decision" and that nothing else was asked; the controls are methods of the
-object, never routes:
+It keeps every request it receives (refused ones too), counts the routes and keeps the usage it
+recorded, so a test can check "exactly one decision" and that nothing else was asked; the controls
+are methods of the object, never routes:
 
     with IamServer(mode="allow", catalog=actions) as iam:
-        ... iam.url (the base, path included), iam.calls, iam.catalog_calls, iam.requests(),
-            iam.reset(), iam.configure(mode="deny")
+        ... iam.url (the base, path included), iam.calls, iam.catalog_calls, iam.usage(),
+            iam.requests(), iam.reset(), iam.configure(mode="deny")
 
 Only the standard library is used.
 """
@@ -42,6 +55,8 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+import math
+import re
 import sys
 import threading
 import time
@@ -56,9 +71,16 @@ MODES = ("allow", "deny", "policy", "error", "garbage")
 BASE_PATH = "/api/iam"  # Better IAM's default basePath
 AUTHORIZE = f"{BASE_PATH}/authorize"
 ACTIONS_LIST = f"{BASE_PATH}/actions/list"
+BILLING_RECORD = f"{BASE_PATH}/billing/record"
 HEALTH = f"{BASE_PATH}/health"
 BODY_BYTES_MAX = 65536  # http.ts: limitedBody(request, 65536)
 TEXT_CHARS_MAX = 256  # validation.ts: text(value, name, max = 256)
+METER_KEY = re.compile(r"[a-z][a-z0-9_.-]{0,63}")  # billing.ts meterKey
+TAG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")  # billing.ts usageTags
+TAGS_MAX, TAG_CHARS_MAX, IDEMPOTENCY_KEY_CHARS_MAX = 10, 128, 200
+QUANTITY_MAX = 1e15
+AHEAD_MS_MAX, BACK_MS_MAX = 300_000, 366 * 86_400_000  # billing-service.ts record: occurredAt bounds
+SAFE_INTEGER_MAX = 2**53 - 1
 
 
 @dataclass(frozen=True)
@@ -75,14 +97,17 @@ class Behaviour:
 
     mode: "allow" everything, "deny" everything, "policy" (per token, `policies`: any other token is
     unknown, 401), "error" (the error envelope `error_code` with `error_status`), "garbage"
-    (`garbage` with `garbage_status`); "error" and "garbage" answer both routes so. In "allow" and
+    (`garbage` with `garbage_status`); "error" and "garbage" answer every route so. In "allow" and
     "deny" every bearer token is known. In every deciding mode an action matching a `deny_actions`
-    glob is denied, and, when `catalog` is set, an action outside it is denied as Better IAM does.
-    `actions/list` answers `catalog` as platform actions (none when None) and `tenant_actions` as
-    the tenant's own; it needs `service_token` when that is set (another known token lacks
-    `iam:actions:read`: 403) and the tenant `service_tenant` when that is set. `delay` seconds pass
-    before either route answers, and with `trickle` the body goes one byte every `trickle` seconds
-    (timeout tests: each read is quick, the whole answer is not).
+    glob is denied, and, when `catalog` is set, an action outside it is denied as Better IAM does
+    (its own `iam:*` actions are always in its catalog). `actions/list` answers `catalog` as
+    platform actions (none when None) and `tenant_actions` as the tenant's own; it needs
+    `service_token` when that is set (another known token lacks `iam:actions:read`: 403) and the
+    tenant `service_tenant` when that is set. `billing/record` knows the rate-card meters `meters`
+    (defined on the root, reaching every tenant), decides `iam:billing:record` as `authorize`
+    decides, and reads the time from `now`. `delay` seconds pass before a route answers, and with
+    `trickle` the body goes one byte every `trickle` seconds (timeout tests: each read is quick,
+    the whole answer is not).
     """
 
     mode: str = "allow"
@@ -92,6 +117,8 @@ class Behaviour:
     tenant_actions: tuple[str, ...] = ()
     service_token: str | None = None
     service_tenant: str | None = None
+    meters: tuple[str, ...] = ("gpu_seconds",)
+    now: float | None = None
     delay: float = 0.0
     trickle: float = 0.0
     error_code: str = "INTERNAL_ERROR"
@@ -102,7 +129,7 @@ class Behaviour:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
-        for name in ("deny_actions", "catalog", "tenant_actions"):  # lists given by a test become tuples
+        for name in ("deny_actions", "catalog", "tenant_actions", "meters"):  # lists given by a test become tuples
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
 
@@ -152,9 +179,9 @@ def bearer(request: ReceivedRequest) -> str | None:
     return value[len("Bearer "):] if value.startswith("Bearer ") else None
 
 
-def text(value: Any, name: str) -> str:
-    """validation.ts `text`: a non-blank string of at most 256 characters without control characters."""
-    if (not isinstance(value, str) or not value.strip() or len(value) > TEXT_CHARS_MAX
+def text(value: Any, name: str, chars_max: int = TEXT_CHARS_MAX) -> str:
+    """validation.ts `text`: a non-blank string of at most `chars_max` characters without control characters."""
+    if (not isinstance(value, str) or not value.strip() or len(value) > chars_max
             or any(ord(char) < 0x20 for char in value)):
         raise Refused(400, "INVALID_INPUT", f"Invalid {name}")
     return value
@@ -177,7 +204,7 @@ def authorize_data(behaviour: Behaviour, request: ReceivedRequest) -> dict[str, 
 
 
 def decides_allow(behaviour: Behaviour, token: str | None, tenant: str, action: str) -> bool:
-    if behaviour.catalog is not None and action not in behaviour.catalog:
+    if behaviour.catalog is not None and action not in behaviour.catalog and not action.startswith("iam:"):
         return False  # decisions.ts: UNKNOWN_ACTION, answered as ACCESS_DENIED
     if any(fnmatch.fnmatchcase(action, glob) for glob in behaviour.deny_actions) or behaviour.mode == "deny":
         return False
@@ -203,6 +230,97 @@ def actions_list_data(behaviour: Behaviour, request: ReceivedRequest) -> list[di
                for name in behaviour.tenant_actions])
 
 
+class UsageBook:
+    """The usage `billing/record` recorded, by tenant and `idem:{idempotencyKey}`, as billing-service.ts
+    keeps it; shared by the handler threads (one lock: a repeated key records nothing)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.records: list[dict[str, Any]] = []
+        self.by_key: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [dict(item) for item in self.records]
+
+    def record(self, behaviour: Behaviour, request: ReceivedRequest) -> dict[str, Any]:
+        """api/billing.ts `record`: meter key, the operation's authentication and decision, then
+        billing-service.ts `record` (module docstring)."""
+        body = request.body
+        meter = body.get("meter")
+        if not isinstance(meter, str) or not METER_KEY.fullmatch(meter):
+            raise Refused(400, "INVALID_INPUT", "meter must be 1-64 lowercase letters, digits, dots, underscores "
+                                                "or hyphens, starting with a letter")
+        token = bearer(request)
+        if not behaviour.knows(token):
+            raise Refused(401, "UNAUTHENTICATED", "Authentication required")
+        tenant = text(body.get("tenantId"), "tenantId")
+        if not decides_allow(behaviour, token, tenant, "iam:billing:record"):
+            raise Refused(403, "ACCESS_DENIED", "Access denied")
+        if meter not in behaviour.meters:
+            raise Refused(404, "NOT_FOUND", f"Unknown billing meter {meter}")
+        entry = {"tenantId": tenant, "meter": meter, "quantity": usage_quantity(body.get("quantity", 1))}
+        if "cost" in body:
+            raise Refused(400, "INVALID_INPUT", "This meter is priced from the rate card; leave cost out")
+        now = int((time.time() if behaviour.now is None else behaviour.now) * 1000)
+        entry["occurredAt"] = occurred_at(body.get("occurredAt", now), now)
+        key = None if body.get("idempotencyKey") is None else text(body["idempotencyKey"], "idempotencyKey",
+                                                                  IDEMPOTENCY_KEY_CHARS_MAX)
+        with self.lock:
+            existing = None if key is None else self.by_key.get((tenant, key))
+            if existing is not None:
+                if existing["meter"] != meter:
+                    raise Refused(409, "CONFLICT", "This idempotency key was used for another meter")
+                return receipt(existing, duplicate=True)
+            tags = usage_tags(body.get("tags"))
+            stored = entry | {"id": f"u_{len(self.records) + 1}", "idempotencyKey": key,
+                              **({"tags": tags} if tags else {})}
+            self.records.append(stored)
+            if key is not None:
+                self.by_key[(tenant, key)] = stored
+            return receipt(stored, duplicate=False)
+
+
+def usage_quantity(value: Any) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 <= value <= QUANTITY_MAX):
+        raise Refused(400, "INVALID_INPUT", "quantity must be a number from 0 to 1e15")
+    return value
+
+
+def occurred_at(value: Any, now: int) -> int:
+    """validation.ts `integer(value, 'occurredAt', 0, MAX_SAFE_INTEGER)`, then record's bounds."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SAFE_INTEGER_MAX:
+        raise Refused(400, "INVALID_INPUT", "occurredAt must be an integer")
+    if value > now + AHEAD_MS_MAX:
+        raise Refused(400, "INVALID_INPUT", "occurredAt must not be in the future")
+    if value < now - BACK_MS_MAX:
+        raise Refused(400, "INVALID_INPUT", "occurredAt must be within the last year")
+    return value
+
+
+def usage_tags(value: Any) -> dict[str, str]:
+    """billing.ts `usageTags`: at most 10, names like `project`, values text of at most 128."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Refused(400, "INVALID_INPUT", "Expected an object")
+    if len(value) > TAGS_MAX:
+        raise Refused(400, "INVALID_INPUT", "tags may hold at most 10 entries")
+    for name, tag in value.items():
+        if not TAG_NAME.fullmatch(name):
+            raise Refused(400, "INVALID_INPUT", f"Invalid tag name {name}")
+        text(tag, f"tags.{name}", TAG_CHARS_MAX)
+    return dict(sorted(value.items()))
+
+
+def receipt(stored: Mapping[str, Any], duplicate: bool) -> dict[str, Any]:
+    """billing-service.ts `receipt`; the period in UTC, Better IAM's default billing time zone."""
+    period = time.strftime("%Y-%m", time.gmtime(stored["occurredAt"] / 1000))
+    return {"id": stored["id"], "tenantId": stored["tenantId"], "meter": stored["meter"], "quantity": stored["quantity"],
+            "period": period, "occurredAt": stored["occurredAt"], "teamIds": [], "duplicate": duplicate}
+
+
 ROUTES = {AUTHORIZE: authorize_data, ACTIONS_LIST: actions_list_data}
 
 
@@ -224,7 +342,7 @@ def surface_refusal(request: ReceivedRequest) -> Reply | None:
         return Reply.error(403, "CSRF_REJECTED", "JSON and X-Better-IAM header required")
     if not isinstance(request.body, dict):
         return Reply.error(400, "INVALID_INPUT", "Invalid JSON")
-    if request.path not in ROUTES:
+    if request.path not in ROUTES and request.path != BILLING_RECORD:
         return Reply.error(404, "NOT_FOUND", "Endpoint not found")
     return None
 
@@ -236,6 +354,7 @@ class IamState:
         self.lock = threading.Lock()
         self.behaviour = behaviour
         self.received: list[ReceivedRequest] = []
+        self.usage = UsageBook()
         self.stopping = threading.Event()
 
     def record(self, request: ReceivedRequest) -> Behaviour:
@@ -265,15 +384,17 @@ class IamState:
         if refusal is not None:
             return refusal
         self.stopping.wait(behaviour.delay)
-        return dataclasses.replace(route_reply(behaviour, request), trickle=behaviour.trickle)
+        return dataclasses.replace(route_reply(behaviour, request, self.usage), trickle=behaviour.trickle)
 
 
-def route_reply(behaviour: Behaviour, request: ReceivedRequest) -> Reply:
+def route_reply(behaviour: Behaviour, request: ReceivedRequest, usage: UsageBook) -> Reply:
     if behaviour.mode == "error":
         return Reply.error(behaviour.error_status, behaviour.error_code, "the test server answers an error")
     if behaviour.mode == "garbage":
         return Reply(behaviour.garbage_status, behaviour.garbage.encode())
     try:
+        if request.path == BILLING_RECORD:
+            return Reply.data(usage.record(behaviour, request))
         return Reply.data(ROUTES[request.path](behaviour, request))
     except Refused as refused:
         return refused.reply
@@ -364,6 +485,11 @@ class IamServer:
     def catalog_calls(self) -> int:
         """POST {base}/actions/list requests received since the start or the last reset()."""
         return self.state.count(ACTIONS_LIST)
+
+    def usage(self) -> list[dict[str, Any]]:
+        """What POST {base}/billing/record recorded (one per tenant and idempotency key), in order:
+        the body's tenantId, meter, quantity, occurredAt, idempotencyKey and tags, and the id."""
+        return self.state.usage.snapshot()
 
     def requests(self) -> list[ReceivedRequest]:
         return self.state.snapshot()

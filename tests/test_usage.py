@@ -1,6 +1,6 @@
 """Usage export: GPU-seconds per closed hour equal the booked time (MIG counted by its fraction,
 a released reservation by its truncated window), each window reaches the ledger once, and the
-Better IAM ledger adapter speaks its envelope."""
+Better IAM ledger adapter records through the route Better IAM serves (tests/iam_server.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -20,7 +21,9 @@ from better_compute.db import Database
 from better_compute.ports.ledger import BetterIamLedger, LedgerEntry, LedgerError, LocalLedger
 from better_compute.worker.handlers import export_usage, usage_entry
 from better_compute.worker.runtime import WorkItem
-from worker_support import Receiver, Reply, running_worker, standard_handlers, wait_until, worker_database
+from gateway_support import running_worker_process
+from iam_server import IamServer, TokenPolicy
+from worker_support import running_worker, standard_handlers, wait_until, worker_database
 
 H200_INVENTORY = Path(__file__).parent / "fixtures" / "nvidia-h200" / "inventory.json"
 MIG_LAYOUT = "mig:3g.71gb@0,3g.71gb@4"  # two 3g.71gb instances: 4 of 8 memory slices each
@@ -187,36 +190,98 @@ def test_a_lapsed_lease_is_billed_once_the_sweep_has_ended_it(pg: psycopg.Connec
     assert pg.execute("SELECT reservation_id, window_start, gpu_seconds FROM ops.usage").fetchall() == [(reservation_id, T0, 600)]
 
 
-ENTRY = LedgerEntry("usage:r:2030-06-30T22:00:00Z", uuid.UUID(int=7), "gpu_seconds", Decimal("1800.0"), {"shape": "gpu"})
+ENTRY = LedgerEntry("usage:r:2030-06-30T22:00:00+00:00", uuid.UUID(int=7), "gpu_seconds", Decimal("1800.0"),
+                    {"shape": "gpu", "project_id": None}, T0)
+RECORDER = "recorder-token"  # a service account's API key holding iam:billing:record
 
 
-def test_better_iam_ledger_sends_the_envelope_with_the_idempotency_key() -> None:
-    with Receiver(lambda _request, _earlier: Reply(200, body=b'{"data": {"recorded": true}}')) as receiver:
-        BetterIamLedger(receiver.base_url, "token-1").record(ENTRY)
-        [request] = receiver.requests()
-    assert request.path == "/billing.record"
-    assert request.header("X-Better-IAM") == "1"
-    assert request.header("Idempotency-Key") == ENTRY.idempotency_key
-    assert request.header("Authorization") == "Bearer token-1"
-    assert json.loads(request.body) == {"data": {"tenant_id": str(ENTRY.tenant_id), "meter": "gpu_seconds",
-                                                 "quantity": "1800.0", "attributes": {"shape": "gpu"}}}
+def test_better_iam_ledger_records_through_billing_record() -> None:
+    """Better IAM's route (api/billing.ts `record` behind http.ts `billing/record`), its body and
+    headers; the quantity a JSON number, the window's start its `occurredAt`, null attributes left out."""
+    with IamServer(now=EXPORTED_AT.timestamp()) as iam:
+        BetterIamLedger(iam.url, RECORDER).record(ENTRY)
+        [request] = iam.requests()
+        [recorded] = iam.usage()
+    assert (request.method, request.path) == ("POST", "/api/iam/billing/record")
+    assert request.header("Authorization") == f"Bearer {RECORDER}" and request.header("X-Better-IAM") == "1"
+    assert request.body == {"tenantId": str(ENTRY.tenant_id), "meter": "gpu_seconds", "quantity": 1800,
+                            "occurredAt": int(T0.timestamp() * 1000), "idempotencyKey": ENTRY.idempotency_key,
+                            "tags": {"shape": "gpu"}}
+    assert recorded["quantity"] == 1800 and recorded["idempotencyKey"] == ENTRY.idempotency_key
 
 
-@pytest.mark.parametrize(("reply", "code"), [
-    (Reply(403, body=b'{"error": {"code": "ACCESS_DENIED", "message": "no billing for you"}}'), "ACCESS_DENIED"),
-    (Reply(200, body=b'{"error": {"code": "INVALID_ARGUMENT", "message": "bad meter"}}'), "INVALID_ARGUMENT"),
-    (Reply(502, body=b"<html>bad gateway</html>"), "INVALID_ANSWER"),
-    (Reply(200, body=b'{"something": "else"}'), "INVALID_ANSWER"),
+def test_better_iam_ledger_sent_twice_is_recorded_once() -> None:
+    with IamServer(now=EXPORTED_AT.timestamp()) as iam:
+        ledger = BetterIamLedger(iam.url, RECORDER)
+        ledger.record(ENTRY)
+        ledger.record(ENTRY)  # Better IAM answers the first receipt, `duplicate: true`
+        assert len(iam.requests()) == 2 and len(iam.usage()) == 1
+
+
+def test_windows_exported_to_better_iam_land_once_each_in_their_month(pg: psycopg.Connection, wdb: Database) -> None:
+    """Every window reaches Better IAM once, in the billing period of its hour (June's last two
+    hours in 2030-06 although exported in July), also when a crash between sending and marking sent
+    makes the worker send them all again."""
+    held = book_the_fleet(pg)
+    wdb.call("worker_api.usage_compute")
+    windows = wdb.rows("worker_api.usage_unsent", None)
+    with IamServer(now=EXPORTED_AT.timestamp()) as iam:
+        ledger = BetterIamLedger(iam.url, RECORDER)
+        for window in windows:  # sent, then the worker died before usage_mark_sent
+            ledger.record(usage_entry(window))
+        assert export_usage(wdb, ledger)(EXPORT_ITEM) == 0.0
+        recorded = iam.usage()
+    assert len(iam.requests()) == 2 * len(windows) and unsent(pg) == 0
+    by_key = {entry["idempotencyKey"]: entry for entry in recorded}
+    assert len(by_key) == len(recorded) == len(windows)
+    expected = {(reservation_id, int(hour.timestamp() * 1000)): seconds
+                for (reservation_id, hour), seconds in expected_windows(held).items()}
+    assert {(uuid.UUID(entry["tags"]["reservation_id"]), entry["occurredAt"]): Decimal(str(entry["quantity"]))
+            for entry in recorded} == expected
+    june = {key for key, entry in by_key.items() if entry["occurredAt"] < int(JUNE[1].timestamp() * 1000)}
+    assert june and all(entry["tenantId"] == "00000000-0000-0000-0000-00000000beef" for entry in recorded)
+
+
+def test_serve_worker_with_the_better_iam_ledger_exports_to_it(pg: psycopg.Connection, db_dsn: str,
+                                                               tmp_path: Path) -> None:
+    """`serve worker --ledger better-iam --ledger-url … --ledger-token …`, a real process, records
+    every window in Better IAM once."""
+    held = book_the_fleet(pg)
+    dsn = make_conninfo(db_dsn, options=f"-c bc.now={EXPORTED_AT.isoformat()}")
+    with IamServer(now=EXPORTED_AT.timestamp()) as iam, running_worker_process(
+            dsn, tmp_path, ["--ledger", "better-iam", "--ledger-url", iam.url, "--ledger-token", RECORDER]):
+        wait_until(lambda: len(iam.usage()) == len(expected_windows(held)) and unsent(pg) == 0, 30,
+                   "every window recorded in Better IAM")
+        assert {entry["idempotencyKey"] for entry in iam.usage()} == set(ledger_keys(pg))
+    assert ledger_rows(pg) == {}  # nothing went to the local ledger
+
+
+def ledger_keys(pg: psycopg.Connection) -> list[str]:
+    return [key for (key,) in pg.execute("SELECT ledger_key FROM compute.usage_windows").fetchall()]
+
+
+@pytest.mark.parametrize(("server", "code"), [
+    ({"mode": "deny"}, "ACCESS_DENIED"),
+    ({"mode": "policy", "policies": {RECORDER: TokenPolicy(actions=("iam:billing:record",))}, "meters": ("gpu_hours",)},
+     "NOT_FOUND"),
+    ({"mode": "policy", "policies": {"someone-else": TokenPolicy()}}, "UNAUTHENTICATED"),
+    ({"mode": "policy", "policies": {RECORDER: TokenPolicy(tenant="00000000-0000-0000-0000-000000000001")}},
+     "ACCESS_DENIED"),
+    ({"now": (T0 + timedelta(days=400)).timestamp()}, "INVALID_INPUT"),  # older than Better IAM takes
+    ({"mode": "error", "error_code": "INTERNAL_ERROR", "error_status": 500}, "INTERNAL_ERROR"),
+    ({"mode": "garbage", "garbage_status": 502}, "INVALID_ANSWER"),
+    ({"mode": "garbage", "garbage": '{"data": "not a receipt"}'}, "INVALID_ANSWER"),
 ])
-def test_better_iam_ledger_raises_on_an_error_answer(reply: Reply, code: str) -> None:
-    with Receiver(lambda _request, _earlier: reply) as receiver, pytest.raises(LedgerError) as raised:
-        BetterIamLedger(receiver.base_url, "token-1").record(ENTRY)
+def test_better_iam_ledger_raises_on_a_refusal(server: dict[str, Any], code: str) -> None:
+    with IamServer(**({"now": EXPORTED_AT.timestamp()} | server)) as iam, pytest.raises(LedgerError) as raised:
+        BetterIamLedger(iam.url, RECORDER).record(ENTRY)
     assert raised.value.code == code
+    assert not iam.usage()
 
 
 def test_better_iam_ledger_unreachable_is_an_error() -> None:
-    with Receiver() as receiver:
-        base = receiver.base_url
+    with IamServer() as iam:
+        base = iam.url
     with pytest.raises(LedgerError) as raised:
-        BetterIamLedger(base, "token-1", timeout=1).record(ENTRY)
+        BetterIamLedger(base, RECORDER, timeout=1).record(ENTRY)
     assert raised.value.code == "UNAVAILABLE"

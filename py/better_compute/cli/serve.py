@@ -72,10 +72,13 @@ def worker_command(
     lease_seconds: Annotated[float, typer.Option(min=1, help="Lease of a claimed item, renewed at a third.")] = 30.0,
     grace_seconds: Annotated[float, typer.Option(min=0, help="On SIGTERM, how long running items may finish.")] = 30.0,
     poll_seconds: Annotated[float, typer.Option(min=0.1, help="Poll interval besides LISTEN.")] = 1.0,
-    ledger: Annotated[LedgerKind, typer.Option(help="Where usage goes.")] = LedgerKind.local,
-    ledger_url: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_LEDGER_URL", help="Better IAM base URL.")] = None,
+    ledger: Annotated[LedgerKind, typer.Option(help="Where usage goes (docs/worker.md).")] = LedgerKind.local,
+    ledger_url: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_LEDGER_URL",
+                                                   help="Better IAM base URL, base path included "
+                                                        "(https://iam.example/api/iam).")] = None,
     ledger_token: Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_LEDGER_TOKEN",
-                                                     help="Better IAM credential.")] = None,
+                                                     help="API key of a Better IAM service account holding "
+                                                          "iam:billing:record.")] = None,
     audit_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_AUDIT_KEY",
                                             help="Ed25519 key that signs audit checkpoints (created if missing).")]
         = Path(".bc/audit-ed25519.pem"),

@@ -149,4 +149,5 @@ def usage_entry(window: Mapping[str, Any]) -> LedgerEntry:
         "window_start": window["window_start"].isoformat(),
         "atom_seconds": str(window["atom_seconds"]),
     }
-    return LedgerEntry(window["ledger_key"], window["tenant_id"], USAGE_METER, window["gpu_seconds"], attributes)
+    return LedgerEntry(window["ledger_key"], window["tenant_id"], USAGE_METER, window["gpu_seconds"], attributes,
+                       window["window_start"])
