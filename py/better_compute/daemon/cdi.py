@@ -47,6 +47,11 @@ GENERATION_ANNOTATION = "better-compute/generation"
 RESERVATIONS_ANNOTATION = "better-compute/reservations"
 BOOKING_KINDS = ("gpu", "mig", "slot")
 
+# The CDI cache's spec directories, lowest priority first: a device a later directory declares
+# overrides the same device in an earlier one (container-device-interface pkg/cdi DefaultSpecDirs).
+SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+LEGACY_MIG_UUID = re.compile(r"^MIG-GPU-(.+)/(\d+)/(\d+)$")
+
 # The device name rule of the reference implementation (pkg/parser ValidateDeviceName).
 DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 
@@ -117,10 +122,12 @@ def _device_nodes(booking: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> l
     return [*gpu["device_nodes"], *instance["device_nodes"]]
 
 
-def build_spec(desired: dict[str, Any], inventory: dict[str, Any]) -> CdiSpec:
+def build_spec(desired: dict[str, Any], inventory: dict[str, Any],
+               common_edits: dict[str, Any] | None = None) -> CdiSpec:
     """The CDI spec for `desired` ({"generation": int, "devices": [{"cdi_name", "device_uuid",
     "kind", "reservation_id"; for MIG "profile", "placement", "mig_uuid"}]}) on the node `inventory`
-    describes."""
+    describes, with `common_edits` as the container edits all its devices share (the driver's
+    files, daemon/driverfiles.py; None: only the inventory's shared device nodes)."""
     generation = desired["generation"]
     if not isinstance(generation, int) or isinstance(generation, bool):
         raise CdiError(f"generation {generation!r} is not an integer")
@@ -151,13 +158,60 @@ def build_spec(desired: dict[str, Any], inventory: dict[str, Any]) -> CdiSpec:
         "cdiVersion": CDI_VERSION,
         "kind": KIND,
         "annotations": {GENERATION_ANNOTATION: str(generation)},
-        "containerEdits": {"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]},
+        "containerEdits": (common_edits if common_edits is not None else
+                           {"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]}),
         "devices": [{"name": name,
                      "annotations": {RESERVATIONS_ANNOTATION: ",".join(sorted(reservations_of[name]))},
                      "containerEdits": {"deviceNodes": [{"path": node} for node in nodes_of[name]]}}
                     for name in sorted(nodes_of)],
     }
     return CdiSpec(document=document, unresolved=tuple(unresolved), refused=tuple(refused))
+
+
+def names_of(inventory: dict[str, Any]) -> set[str]:
+    """Every device name this node's spec may hold: its GPUs' and MIG devices' UUIDs (a legacy MIG
+    UUID in the form it is written in)."""
+    names = set()
+    for gpu in inventory.get("devices", []):
+        names.add(gpu["uuid"])
+        for instance in gpu.get("mig", {}).get("instances", []):
+            names.add(LEGACY_MIG_UUID.sub(r"MIG-GPU-\1-gi\2-ci\3", instance["uuid"]))
+    return names
+
+
+def other_specs(own: Path, names: set[str], directories: tuple[Path, ...] = SPEC_DIRS) -> list[str]:
+    """What a container runtime would make of the devices named `names` that another spec file in
+    `directories` (the CDI cache's, lowest priority first) also declares with kind nvidia.com/gpu:
+    one warning per file and device. A file that cannot be read is skipped (the runtime skips it too)."""
+    own = own.absolute()
+    mine = next((rank for rank, directory in enumerate(directories) if own.parent == directory.absolute()), None)
+    warnings = []
+    for rank, directory in enumerate(directories):
+        for path in sorted(directory.glob("*")):
+            if path.absolute() == own or path.suffix not in (".yaml", ".json") or not path.is_file():
+                continue
+            try:
+                document = decode(path.read_bytes(), path)
+                if document.get("kind") != KIND:
+                    continue
+                declared = {device.get("name") for device in document.get("devices", [])}
+            except (OSError, ValueError, yaml.YAMLError, AttributeError, TypeError):
+                continue
+            for name in sorted(declared & names):
+                warnings.append(f"{path} also declares {KIND}={name}: {_outcome(rank, mine, directory)}")
+    return warnings
+
+
+def _outcome(rank: int, mine: int | None, directory: Path) -> str:
+    """What the runtime does with a device two specs declare, by their directories' priorities."""
+    if mine is None:
+        return "a runtime reading both directories uses one of them, not necessarily ours"
+    if rank == mine:
+        return "both specs are in one directory, so the runtime refuses the device"
+    if rank > mine:
+        return (f"{directory} overrides the entries of lower-priority directories, so the runtime silently uses "
+                "its device, not ours")
+    return "ours overrides it (a higher-priority directory); remove it to avoid confusion"
 
 
 def encode(document: dict[str, Any], path: Path) -> bytes:
@@ -167,6 +221,11 @@ def encode(document: dict[str, Any], path: Path) -> bytes:
     if path.suffix == ".json":
         return (json.dumps(document, indent=2) + "\n").encode()
     raise CdiError(f"{path}: a CDI spec file ends in .yaml or .json")
+
+
+def decode(data: bytes, path: Path) -> Any:
+    """A spec file's content as its name says it is encoded (ValueError, yaml.YAMLError)."""
+    return json.loads(data) if path.suffix == ".json" else yaml.safe_load(data)
 
 
 def write_spec(spec: CdiSpec, path: Path = DEFAULT_PATH) -> bool:
@@ -194,7 +253,7 @@ def withdraw(path: Path, granted: set[str]) -> bool:
     except FileNotFoundError:
         return False
     try:
-        document = json.loads(data) if path.suffix == ".json" else yaml.safe_load(data)
+        document = decode(data, path)
         kept = [device for device in document["devices"] if device["name"] in granted]
     except (ValueError, yaml.YAMLError, KeyError, TypeError):
         return remove_durably(path)

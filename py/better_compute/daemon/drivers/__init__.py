@@ -35,6 +35,11 @@ class InventoryDriver(Protocol):
         process runs in, null outside MIG), so a drain can spare other tenants' MIG instances."""
         ...
 
+    def container_edits(self, inventory: dict[str, Any]) -> dict[str, Any]:
+        """The CDI container edits every device of the node's spec shares (the driver's device
+        nodes, libraries, binaries and hooks: daemon/driverfiles.py) for the driver `inventory` names."""
+        ...
+
     def reboot(self) -> None:
         """Reboot the node (the `reboot` command). A driver owns it so that a fake node records the
         request instead of rebooting the machine that runs the tests."""
