@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from better_compute.daemon.cdi import build_spec, names_of, other_specs, write_spec
+from better_compute.daemon.cdi import CommonEdits, build_spec, names_of, other_specs, write_spec
 from better_compute.daemon.driverfiles import DriverFiles
 from better_compute.daemon.drivers import fake
 from fleet import H200_INVENTORY, gpu_uuid, h200_inventory
@@ -93,7 +93,7 @@ def calls(directory: Path) -> list[str]:
 
 def test_discovery_finds_what_nvidia_ctk_generates_on_the_same_installation(tmp_path: Path) -> None:
     root = t4_root(tmp_path / "root")
-    edits = DriverFiles(root=root, nvidia_ctk=None).container_edits(t4_inventory())
+    edits = DriverFiles(root=root, nvidia_ctk=None).common_edits(t4_inventory()).container_edits
     assert comparable(edits) == comparable(under(root, GENERATED["containerEdits"]))
 
 
@@ -101,7 +101,7 @@ def test_a_spec_with_discovered_files_is_valid_and_carries_nodes_mounts_and_hook
     root = t4_root(tmp_path / "root")
     inventory = t4_inventory()
     spec = build_spec({"generation": 3, "devices": [booking("gpu", gpu_uuid(NODE, 0), "r-1")]}, inventory,
-                      DriverFiles(root=root, nvidia_ctk=None).container_edits(inventory))
+                      DriverFiles(root=root, nvidia_ctk=None).common_edits(inventory))
     assert spec.document is not None
     write_spec(spec, tmp_path / "cdi" / "better-compute.yaml")
     document = written(tmp_path / "cdi" / "better-compute.yaml")
@@ -117,7 +117,7 @@ def test_what_is_not_installed_is_left_out(tmp_path: Path) -> None:
     what it has; without a hook binary no hooks, since a hook that cannot run fails the container."""
     root = tmp_path / "root"
     lay_out(root, f"/usr/lib64/libcuda.so.{VERSION}", f"/usr/lib64/libnvidia-ml.so.{VERSION}")
-    edits = DriverFiles(root=root, nvidia_ctk=None).container_edits(t4_inventory())
+    edits = DriverFiles(root=root, nvidia_ctk=None).common_edits(t4_inventory()).container_edits
     assert [mount["containerPath"] for mount in edits["mounts"]] == [f"/usr/lib64/libcuda.so.{VERSION}",
                                                                      f"/usr/lib64/libnvidia-ml.so.{VERSION}"]
     assert all(mount["options"] == ["ro", "nosuid", "nodev", "bind"] for mount in edits["mounts"])
@@ -127,7 +127,7 @@ def test_what_is_not_installed_is_left_out(tmp_path: Path) -> None:
 def test_an_older_toolkit_runs_its_hooks_through_nvidia_ctk(tmp_path: Path) -> None:
     root = tmp_path / "root"
     lay_out(root, f"{LIBRARY_DIR}/libcuda.so.{VERSION}", "/usr/bin/nvidia-ctk")
-    edits = DriverFiles(root=root, nvidia_ctk=None).container_edits(t4_inventory())
+    edits = DriverFiles(root=root, nvidia_ctk=None).common_edits(t4_inventory()).container_edits
     assert {hook["path"] for hook in edits["hooks"]} == {str(root / "usr/bin/nvidia-ctk")}
     assert [hook["args"][:3] for hook in edits["hooks"]] == [["nvidia-ctk", "hook", "create-symlinks"],
                                                              ["nvidia-ctk", "hook", "enable-cuda-compat"],
@@ -141,15 +141,27 @@ def test_an_installed_nvidia_ctk_gives_the_edits_once_per_driver_version(
     monkeypatch.setenv("PATH", f"{tool}{os.pathsep}{os.environ['PATH']}")
     files = DriverFiles()  # nvidia-ctk found on PATH, the driver below /
     inventory = t4_inventory()
-    assert files.container_edits(inventory) == GENERATED["containerEdits"]
-    assert files.container_edits(inventory) == GENERATED["containerEdits"]
+    assert files.common_edits(inventory) == CommonEdits(GENERATED["containerEdits"], "0.6.0")
+    assert files.common_edits(inventory) == CommonEdits(GENERATED["containerEdits"], "0.6.0")
     assert calls(tool) == ["cdi generate --format=json"]
     spec = build_spec({"generation": 1, "devices": [booking("gpu", gpu_uuid(NODE, 1), "r-1", gpu=1)]}, inventory,
-                      files.container_edits(inventory))
+                      files.common_edits(inventory))
     assert spec.document is not None
     document = check(spec.document)
     assert document["containerEdits"] == GENERATED["containerEdits"]
     assert [device["name"] for device in document["devices"]] == [gpu_uuid(NODE, 1)]  # not nvidia-ctk's "0", "all"
+
+
+def test_the_spec_declares_the_cdi_version_nvidia_ctks_edits_need(tmp_path: Path) -> None:
+    """A runtime refuses a spec whose content needs a newer CDI version than it declares: where
+    nvidia-ctk's edits need a newer one than ours (0.6.0), the spec declares theirs; never an older one."""
+    desired = {"generation": 1, "devices": [booking("gpu", gpu_uuid(NODE, 0), "r-1")]}
+    for printed, declared in (("0.7.0", "0.7.0"), ("0.10.0", "0.10.0"), ("0.5.0", "0.6.0"), ("latest", "0.6.0")):
+        tool = tmp_path / printed
+        files = DriverFiles(root=tmp_path, nvidia_ctk=str(fake_nvidia_ctk(tool, GENERATED | {"cdiVersion": printed})))
+        spec = build_spec(desired, t4_inventory(), files.common_edits(t4_inventory()))
+        assert spec.document is not None
+        assert check(spec.document)["cdiVersion"] == declared
 
 
 def test_a_failing_nvidia_ctk_falls_back_to_discovery(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -157,7 +169,7 @@ def test_a_failing_nvidia_ctk_falls_back_to_discovery(tmp_path: Path, caplog: py
     tool = tmp_path / "toolkit"
     files = DriverFiles(root=root, nvidia_ctk=str(fake_nvidia_ctk(tool, None, exit_code=1)))
     with caplog.at_level(logging.WARNING):
-        edits = files.container_edits(t4_inventory())
+        edits = files.common_edits(t4_inventory()).container_edits
     assert calls(tool) == [f"cdi generate --format=json --driver-root={root}"]
     assert "failed to initialize NVML" in caplog.text
     assert comparable(edits) == comparable(under(root, GENERATED["containerEdits"]))
@@ -167,10 +179,10 @@ def test_the_fake_driver_reads_driver_files_only_below_its_root(tmp_path: Path) 
     root = t4_root(tmp_path / "root")
     without = fake.Driver(H200_INVENTORY, hostname=NODE)
     inventory = without.collect()
-    assert without.container_edits(inventory) == {
-        "deviceNodes": [{"path": node} for node in inventory["shared_device_nodes"]]}
+    assert without.common_edits(inventory) == CommonEdits({
+        "deviceNodes": [{"path": node} for node in inventory["shared_device_nodes"]]})
     rooted = fake.Driver(H200_INVENTORY, hostname=NODE, root=str(root))
-    edits = rooted.container_edits(inventory | {"driver": {"version": VERSION}})
+    edits = rooted.common_edits(inventory | {"driver": {"version": VERSION}}).container_edits
     assert {mount["hostPath"] for mount in edits["mounts"]} == {
         mount["hostPath"] for mount in under(root, GENERATED["containerEdits"])["mounts"]}
 

@@ -72,6 +72,22 @@ class CdiSpec:
     refused: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class CommonEdits:
+    """The container edits every device of a spec shares (the driver's files, daemon/driverfiles.py),
+    and the CDI version they need: nvidia-ctk writes the least version its edits need, and a runtime
+    refuses a spec that declares an older one than its content needs."""
+
+    container_edits: dict[str, Any]
+    cdi_version: str = CDI_VERSION
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """'0.6.0' -> (0, 6, 0); () where it is not a version."""
+    parts = text.removeprefix("v").split(".")
+    return tuple(int(part) for part in parts) if all(part.isdigit() for part in parts) else ()
+
+
 def device_name(cdi_name: str) -> str:
     """'nvidia.com/gpu=GPU-…' -> 'GPU-…'."""
     kind, separator, name = cdi_name.partition("=")
@@ -122,12 +138,11 @@ def _device_nodes(booking: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> l
     return [*gpu["device_nodes"], *instance["device_nodes"]]
 
 
-def build_spec(desired: dict[str, Any], inventory: dict[str, Any],
-               common_edits: dict[str, Any] | None = None) -> CdiSpec:
+def build_spec(desired: dict[str, Any], inventory: dict[str, Any], common: CommonEdits | None = None) -> CdiSpec:
     """The CDI spec for `desired` ({"generation": int, "devices": [{"cdi_name", "device_uuid",
     "kind", "reservation_id"; for MIG "profile", "placement", "mig_uuid"}]}) on the node `inventory`
-    describes, with `common_edits` as the container edits all its devices share (the driver's
-    files, daemon/driverfiles.py; None: only the inventory's shared device nodes)."""
+    describes, with `common` as the container edits all its devices share (None: only the
+    inventory's shared device nodes)."""
     generation = desired["generation"]
     if not isinstance(generation, int) or isinstance(generation, bool):
         raise CdiError(f"generation {generation!r} is not an integer")
@@ -154,12 +169,13 @@ def build_spec(desired: dict[str, Any], inventory: dict[str, Any],
         reservations_of.setdefault(name, set()).add(reservation)
     if not nodes_of:
         return CdiSpec(document=None, unresolved=tuple(unresolved), refused=tuple(refused))
+    if common is None:
+        common = CommonEdits({"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]})
     document = {
-        "cdiVersion": CDI_VERSION,
+        "cdiVersion": max(CDI_VERSION, common.cdi_version, key=_version),
         "kind": KIND,
         "annotations": {GENERATION_ANNOTATION: str(generation)},
-        "containerEdits": (common_edits if common_edits is not None else
-                           {"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]}),
+        "containerEdits": common.container_edits,
         "devices": [{"name": name,
                      "annotations": {RESERVATIONS_ANNOTATION: ",".join(sorted(reservations_of[name]))},
                      "containerEdits": {"deviceNodes": [{"path": node} for node in nodes_of[name]]}}

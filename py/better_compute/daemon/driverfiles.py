@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from better_compute.daemon.cdi import CommonEdits
 from better_compute.daemon.drivers import InventoryError
 from better_compute.daemon.drivers.host import Runner, run_command
 
@@ -63,33 +64,35 @@ class DriverFiles:
     root: Path = Path("/")
     nvidia_ctk: str | None = field(default_factory=lambda: shutil.which("nvidia-ctk"))
     run: Runner = nvidia_ctk_runner
-    _generated: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _generated: dict[str, CommonEdits] = field(default_factory=dict, repr=False)
 
-    def container_edits(self, inventory: dict[str, Any]) -> dict[str, Any]:
+    def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         """The spec-level container edits for the driver the inventory names (driver.version)."""
         version = inventory["driver"]["version"]
         if self.nvidia_ctk is not None:
             generated = self._from_nvidia_ctk(version)
             if generated is not None:
                 return generated
-        return self.discover(version, inventory.get("shared_device_nodes", []))
+        return CommonEdits(self.discover(version, inventory.get("shared_device_nodes", [])))
 
-    def _from_nvidia_ctk(self, version: str) -> dict[str, Any] | None:
-        """nvidia-ctk's common edits, asked once per driver version (it takes seconds: the daemon
-        builds a spec on every change and every drift check); None when it fails."""
+    def _from_nvidia_ctk(self, version: str) -> CommonEdits | None:
+        """nvidia-ctk's common edits and the CDI version they need, asked once per driver version (it
+        takes seconds: the daemon builds a spec on every change and every drift check); None when it
+        fails."""
         if version not in self._generated:
             argv = [str(self.nvidia_ctk), "cdi", "generate", "--format=json"]
             if self.root != Path("/"):
                 argv.append(f"--driver-root={self.root}")
             try:
-                edits = json.loads(self.run(argv))["containerEdits"]
-                if not isinstance(edits, dict):
-                    raise TypeError(f"containerEdits is a {type(edits).__name__}")
+                generated = json.loads(self.run(argv))
+                edits, cdi_version = generated["containerEdits"], generated["cdiVersion"]
+                if not isinstance(edits, dict) or not isinstance(cdi_version, str):
+                    raise TypeError("containerEdits is not an object or cdiVersion not a string")
             except (InventoryError, ValueError, KeyError, TypeError) as error:
                 log.warning("nvidia-ctk cdi generate gave no container edits (%s): discovering the driver's files",
                             str(error)[:500])
                 return None
-            self._generated[version] = edits
+            self._generated[version] = CommonEdits(edits, cdi_version)
         return self._generated[version]
 
     def discover(self, version: str, shared_device_nodes: list[str]) -> dict[str, Any]:

@@ -214,7 +214,7 @@ class Daemon:
         files every device shares."""
         inventory = self.driver.collect()
         return build_spec({"generation": generation, "devices": devices}, inventory,
-                          self.driver.container_edits(inventory))
+                          self.driver.common_edits(inventory))
 
     def warn_other_specs(self, directories: tuple[Path, ...] = SPEC_DIRS) -> list[str]:
         """At start-up: log a warning for each device of this node another CDI spec also declares

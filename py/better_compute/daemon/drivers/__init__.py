@@ -11,7 +11,10 @@ when chosen: the nvml driver needs nvidia-ml-py, which a CI machine need not hav
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from better_compute.daemon.cdi import CommonEdits
 
 DRIVERS = {"nvidia-smi": "nvidia_smi", "nvml": "nvml", "fake": "fake"}
 
@@ -35,7 +38,7 @@ class InventoryDriver(Protocol):
         process runs in, null outside MIG), so a drain can spare other tenants' MIG instances."""
         ...
 
-    def container_edits(self, inventory: dict[str, Any]) -> dict[str, Any]:
+    def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         """The CDI container edits every device of the node's spec shares (the driver's device
         nodes, libraries, binaries and hooks: daemon/driverfiles.py) for the driver `inventory` names."""
         ...

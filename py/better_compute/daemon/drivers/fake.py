@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from better_compute.daemon.cdi import CommonEdits
 from better_compute.daemon.driverfiles import DriverFiles
 
 
@@ -62,13 +63,13 @@ class Driver:
     def processes(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self._processes)
 
-    def container_edits(self, inventory: dict[str, Any]) -> dict[str, Any]:
+    def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         """The driver files below `root` (a directory laid out like a driver installation), asking
         `nvidia_ctk` first where given; without a root, only the shared device nodes: a fake node
         never looks at the machine it runs on."""
         if self._files is None:
-            return {"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]}
-        return self._files.container_edits(inventory)
+            return CommonEdits({"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]})
+        return self._files.common_edits(inventory)
 
     def reboot(self) -> None:
         """Count the reboot and come back with a new boot id, as the rebooted machine would."""

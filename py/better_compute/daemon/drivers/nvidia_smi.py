@@ -18,6 +18,7 @@ from typing import Any
 from better_compute.daemon.drivers import InventoryError
 from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile, Process, inventory_document,
                                                     without_mig_prefix)
+from better_compute.daemon.cdi import CommonEdits
 from better_compute.daemon.driverfiles import DriverFiles
 from better_compute.daemon.drivers.host import Host
 
@@ -282,8 +283,8 @@ class Driver:
         return [dataclasses.asdict(process)
                 for gpu in parse_query_xml(self._run("-q", "-x")).gpus for process in gpu.processes]
 
-    def container_edits(self, inventory: dict[str, Any]) -> dict[str, Any]:
-        return self._files.container_edits(inventory)
+    def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
+        return self._files.common_edits(inventory)
 
     def reboot(self) -> None:
         self._host.reboot()

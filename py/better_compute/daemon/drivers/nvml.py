@@ -33,6 +33,7 @@ from typing import Any
 from better_compute.daemon.drivers import InventoryError
 from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile, Process, inventory_document,
                                                     without_mig_prefix)
+from better_compute.daemon.cdi import CommonEdits
 from better_compute.daemon.driverfiles import DriverFiles
 from better_compute.daemon.drivers.host import Host
 
@@ -228,8 +229,8 @@ class Driver:
         with nvml_session() as nvml:
             return [dataclasses.asdict(process) for process in running_processes(nvml)]
 
-    def container_edits(self, inventory: dict[str, Any]) -> dict[str, Any]:
-        return self._files.container_edits(inventory)
+    def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
+        return self._files.common_edits(inventory)
 
     def reboot(self) -> None:
         self._host.reboot()
