@@ -10,12 +10,16 @@ instance of. No name has another meaning in nvidia-ctk's spec (`<index>`, `<uuid
 (`mig_uuid`), profile and placement all match the booking, on the booked GPU: not by placement
 alone, which after a re-layout may be an older, larger instance. One CDI device stands for each
 distinct name, so the slots of one GPU share a device. Each device gets its GPU's device nodes (and,
-for MIG, the instance's capability nodes); the nodes every GPU user needs (nvidiactl, nvidia-uvm, …)
-are the spec's own container edits, applied once whichever devices a container gets, as nvidia-ctk
-lays them out.
+for MIG, the instance's capability nodes); what every GPU user needs is the spec's own container
+edits, applied once whichever devices a container gets, as nvidia-ctk lays them out: the shared
+nodes (nvidiactl, nvidia-uvm, …), the driver's libraries, binaries, firmware and sockets, and the
+hooks that link and cache the libraries (CommonEdits, from the driver: daemon/driverfiles.py). So
+the file alone gives a container a usable GPU.
 
 The spec lists devices by the same names as nvidia-ctk's own spec; the CDI cache refuses a device
-two specs of one directory both define, so a node keeps nvidia-ctk's spec out of this one's directory.
+two specs of one directory both define, and takes a device from /var/run/cdi over the same one in
+/etc/cdi, so a node keeps nvidia-ctk's spec out of both: `other_specs` names each file that declares
+one of this node's devices, and bcd logs it at start-up.
 
 Fail closed: a booking that cannot be written (a name CDI refuses, an unknown kind, a field missing)
 costs only its own device, and is named in CdiSpec.refused; when no spec can be built at all (the
