@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,8 @@ DOT_SO_LINKS = {"libcuda.so": ("libcuda.so.1", "libcuda.so"),
 NVIDIA_CTK_TIMEOUT_S = 60.0
 
 
-def nvidia_ctk_runner(argv: list[str]) -> str:
+def nvidia_ctk_runner(argv: Sequence[str]) -> str:
+    """Run nvidia-ctk (it loads NVML and walks the driver's files: slower than a query)."""
     return run_command(argv, timeout=NVIDIA_CTK_TIMEOUT_S)
 
 
@@ -65,6 +67,7 @@ class DriverFiles:
     nvidia_ctk: str | None = field(default_factory=lambda: shutil.which("nvidia-ctk"))
     run: Runner = nvidia_ctk_runner
     _generated: dict[str, CommonEdits] = field(default_factory=dict, repr=False)
+    _warned_no_hooks: bool = field(default=False, repr=False)
 
     def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         """The spec-level container edits for the driver the inventory names (driver.version)."""
@@ -137,7 +140,8 @@ class DriverFiles:
         libraries = []
         for directory in self._library_dirs():
             names = {entry.name for entry in self._host(directory).iterdir()
-                     if entry.name.endswith(f".so.{version}") or entry.name.startswith("libnvidia-nvvm70.so.")}
+                     if (entry.name.endswith(f".so.{version}") or entry.name.startswith("libnvidia-nvvm70.so."))
+                     and entry.is_file()}
             libraries.extend(f"{directory}/{name}" for name in sorted(names))
         return libraries
 
@@ -171,8 +175,10 @@ class DriverFiles:
                 prefix = [binary] if binary == "nvidia-cdi-hook" else [binary, "hook"]
                 break
         else:
-            log.warning("neither %s is installed: the CDI spec has no hooks (libcuda.so links, ld cache)",
-                        " nor ".join(HOOK_BINARIES))
+            if not self._warned_no_hooks:  # once: the spec is rebuilt every minute
+                log.warning("neither %s is installed: the CDI spec has no hooks (libcuda.so links, ld cache), "
+                            "so a container may not find the driver's libraries", " nor ".join(HOOK_BINARIES))
+                self._warned_no_hooks = True
             return []
         calls = [["create-symlinks", "--link", link] for link in self._links(libraries)]
         calls.append(["enable-cuda-compat", f"--host-driver-version={version}"])
