@@ -21,7 +21,7 @@ import yaml
 
 from better_compute.daemon.cdi import CommonEdits, build_spec, names_of, other_specs, write_spec
 from better_compute.daemon.driverfiles import DriverFiles
-from better_compute.daemon.drivers import fake
+from better_compute.daemon.drivers import InventoryError, fake
 from fleet import H200_INVENTORY, gpu_uuid, h200_inventory
 from test_cdi import booking, check, written
 
@@ -231,3 +231,16 @@ def test_mig_devices_are_checked_by_the_names_we_write(tmp_path: Path) -> None:
     assert other_specs(run / "ours.yaml", names_of(inventory), (etc, run)) == [
         f"{etc / 'nvidia.yaml'} also declares nvidia.com/gpu={written_as}: ours overrides it (a higher-priority "
         "directory); remove it to avoid confusion"]
+
+
+def test_a_spec_outside_the_cdi_directories_is_named_as_such(tmp_path: Path) -> None:
+    etc = tmp_path / "etc"
+    spec_file(etc / "nvidia.yaml", "nvidia.com/gpu", gpu_uuid(NODE, 0))
+    assert other_specs(tmp_path / "elsewhere" / "ours.yaml", names_of(h200_inventory(NODE, 1)), (etc,)) == [
+        f"{etc / 'nvidia.yaml'} also declares nvidia.com/gpu={gpu_uuid(NODE, 0)}: ours is outside these directories, "
+        "so a runtime reading them uses that file's device"]
+
+
+def test_an_inventory_without_a_driver_version_is_an_inventory_error(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="names no driver version"):
+        DriverFiles(root=tmp_path, nvidia_ctk=None).common_edits(t4_inventory() | {"driver": {"name": "nvidia"}})

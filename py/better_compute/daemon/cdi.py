@@ -225,7 +225,7 @@ def other_specs(own: Path, names: set[str], directories: tuple[Path, ...] = SPEC
 def _outcome(rank: int, mine: int | None, directory: Path) -> str:
     """What the runtime does with a device two specs declare, by their directories' priorities."""
     if mine is None:
-        return "a runtime reading both directories uses one of them, not necessarily ours"
+        return "ours is outside these directories, so a runtime reading them uses that file's device"
     if rank == mine:
         return "both specs are in one directory, so the runtime refuses the device"
     if rank > mine:

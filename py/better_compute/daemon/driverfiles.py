@@ -71,7 +71,9 @@ class DriverFiles:
 
     def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         """The spec-level container edits for the driver the inventory names (driver.version)."""
-        version = inventory["driver"]["version"]
+        version = inventory.get("driver", {}).get("version")
+        if not isinstance(version, str) or not version:
+            raise InventoryError(f"the inventory names no driver version ({inventory.get('driver')!r})")
         if self.nvidia_ctk is not None:
             generated = self._from_nvidia_ctk(version)
             if generated is not None:
