@@ -45,13 +45,23 @@ def lay_out(root: Path, *paths: str) -> None:
         (root / path.lstrip("/")).write_bytes(b"")
 
 
+def hook_binary(root: Path, path: str, *commands: str) -> None:
+    """A toolkit hook binary at `path` below `root` whose `--help` lists `commands`, as urfave/cli
+    prints them."""
+    lay_out(root, path)
+    listed = "".join(f"   {command}  does {command}\\n" for command in commands)
+    (root / path.lstrip("/")).write_text(f'#!/bin/sh\nprintf "NAME:\\n   hooks\\n\\nCOMMANDS:\\n{listed}"\n')
+    (root / path.lstrip("/")).chmod(0o755)
+
+
 def t4_root(root: Path) -> Path:
     """A directory laid out like the captured node: each file its spec mounts, the links the driver
     installs beside its libraries (libcuda.so.1 ...), files of other versions and other programs
-    that are not the driver's, and the toolkit's hook binary."""
-    lay_out(root, *(mount["hostPath"] for mount in GENERATED["containerEdits"]["mounts"]), "/usr/bin/nvidia-cdi-hook",
+    that are not the driver's, and the toolkit's hook binary (of the toolkit that wrote the capture)."""
+    lay_out(root, *(mount["hostPath"] for mount in GENERATED["containerEdits"]["mounts"]),
             f"{LIBRARY_DIR}/libcuda.so.535.54.03", f"{LIBRARY_DIR}/libssl.so.3", "/usr/bin/python3",
             "/lib/firmware/nvidia/535.54.03/gsp_tu10x.bin")
+    hook_binary(root, "/usr/bin/nvidia-cdi-hook", "chmod", "create-symlinks", "enable-cuda-compat", "update-ldcache")
     for library in ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-allocator.so.1"):
         (root / LIBRARY_DIR.lstrip("/") / library).symlink_to(library.replace(".so.1", f".so.{VERSION}"))
     return root
@@ -129,14 +139,27 @@ def test_what_is_not_installed_is_left_out(tmp_path: Path, caplog: pytest.LogCap
     assert "hooks" not in edits
 
 
-def test_an_older_toolkit_runs_its_hooks_through_nvidia_ctk(tmp_path: Path) -> None:
+def test_an_older_toolkit_runs_its_hooks_through_nvidia_ctk_and_only_those_it_has(tmp_path: Path) -> None:
+    """A toolkit without nvidia-cdi-hook (before 1.16) runs hooks as `nvidia-ctk hook …` and has no
+    enable-cuda-compat: a hook it does not know would fail every container."""
     root = tmp_path / "root"
-    lay_out(root, f"{LIBRARY_DIR}/libcuda.so.{VERSION}", "/usr/bin/nvidia-ctk")
+    lay_out(root, f"{LIBRARY_DIR}/libcuda.so.{VERSION}")
+    hook_binary(root, "/usr/bin/nvidia-ctk", "chmod", "create-symlinks", "update-ldcache")
     edits = DriverFiles(root=root, nvidia_ctk=None).common_edits(t4_inventory()).container_edits
     assert {hook["path"] for hook in edits["hooks"]} == {str(root / "usr/bin/nvidia-ctk")}
-    assert [hook["args"][:3] for hook in edits["hooks"]] == [["nvidia-ctk", "hook", "create-symlinks"],
-                                                             ["nvidia-ctk", "hook", "enable-cuda-compat"],
-                                                             ["nvidia-ctk", "hook", "update-ldcache"]]
+    assert [hook["args"] for hook in edits["hooks"]] == [
+        ["nvidia-ctk", "hook", "create-symlinks", "--link", f"libcuda.so.1::{LIBRARY_DIR}/libcuda.so"],
+        ["nvidia-ctk", "hook", "update-ldcache", "--folder", LIBRARY_DIR]]
+
+
+def test_a_hook_binary_that_cannot_list_its_hooks_gets_only_the_old_ones(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "root"
+    lay_out(root, f"{LIBRARY_DIR}/libcuda.so.{VERSION}", "/usr/bin/nvidia-cdi-hook")  # not executable
+    with caplog.at_level(logging.WARNING):
+        edits = DriverFiles(root=root, nvidia_ctk=None).common_edits(t4_inventory()).container_edits
+    assert [hook["args"][1] for hook in edits["hooks"]] == ["create-symlinks", "update-ldcache"]
+    assert "cannot list its hooks" in caplog.text
 
 
 def test_an_installed_nvidia_ctk_gives_the_edits_once_per_driver_version(

@@ -56,6 +56,7 @@ from gateway_support import REPO, GatewayProcess, running_gateway, running_worke
 from node_support import (H200_INVENTORY, SECONDS, STOP_SECONDS, JoinedNode, bcd, converged, fake_driver, join_node,
                           running_bcd, spec_state, wait_until)
 from test_cdi import check
+from test_cdi_driver_files import hook_binary
 
 TRUST_DOMAIN = "fleet.example.com"
 HOSTNAME = "sim-0001"
@@ -305,10 +306,10 @@ def test_the_cdi_file_carries_the_driver_files_every_device_needs(node: Node) ->
     version = node.driver.collect()["driver"]["version"]
     root = node.tmp / "driver-root"
     libraries = "usr/lib/x86_64-linux-gnu"
-    for path in (f"{libraries}/libcuda.so.{version}", f"{libraries}/libnvidia-ml.so.{version}", "usr/bin/nvidia-smi",
-                 "usr/bin/nvidia-cdi-hook"):
+    for path in (f"{libraries}/libcuda.so.{version}", f"{libraries}/libnvidia-ml.so.{version}", "usr/bin/nvidia-smi"):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(b"")
+    hook_binary(root, "/usr/bin/nvidia-cdi-hook", "create-symlinks", "enable-cuda-compat", "update-ldcache")
     node.driver = FlakyDriver(H200_INVENTORY, hostname=HOSTNAME, root=str(root))
     node.daemon().handle(node.spec(1, gpu_booking()))
     document = check(yaml.safe_load(node.cdi_path.read_text()))

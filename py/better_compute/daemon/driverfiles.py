@@ -8,9 +8,10 @@ they are discovered from the driver's files below `root` as nvidia-ctk does (pkg
 and internal/discover/ of NVIDIA/nvidia-container-toolkit): the shared device nodes; every library
 ending in the driver version, read-only; the driver's binaries; the GSP firmware of that version;
 the persistenced, fabric manager and MPS sockets; and the hooks that make the libraries usable in a
-container (`create-symlinks` for libcuda.so, `enable-cuda-compat`, `update-ldcache`), run by the
-toolkit's hook binary when one is installed (none, no hooks: a hook path that does not exist fails
-every container). Missing files are left out, never an error: a driver installation has what it has.
+container (`create-symlinks` for libcuda.so, `enable-cuda-compat` where the hook binary has it,
+`update-ldcache`), run by the toolkit's hook binary when one is installed (none, no hooks: a hook
+path that does not exist fails every container). Missing files are left out, never an error: a
+driver installation has what it has.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class DriverFiles:
     run: Runner = nvidia_ctk_runner
     _generated: dict[str, CommonEdits] = field(default_factory=dict, repr=False)
     _warned_no_hooks: bool = field(default=False, repr=False)
+    _help: dict[str, str] = field(default_factory=dict, repr=False)
 
     def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         """The spec-level container edits for the driver the inventory names (driver.version)."""
@@ -183,12 +185,25 @@ class DriverFiles:
                 self._warned_no_hooks = True
             return []
         calls = [["create-symlinks", "--link", link] for link in self._links(libraries)]
-        calls.append(["enable-cuda-compat", f"--host-driver-version={version}"])
+        if "enable-cuda-compat" in self._commands(path, prefix):
+            calls.append(["enable-cuda-compat", f"--host-driver-version={version}"])
         folders = sorted({library.rsplit("/", 1)[0] for library in libraries})
         if folders:
             calls.append(["update-ldcache", *(argument for folder in folders for argument in ("--folder", folder))])
         return [{"hookName": "createContainer", "path": str(self._host(path)), "args": [*prefix, *call]}
                 for call in calls]
+
+    def _commands(self, path: str, prefix: list[str]) -> str:
+        """What the hook binary at `path` says it can do (`--help`), asked once: enable-cuda-compat
+        came in a later toolkit than the other hooks, and a hook the binary does not know fails
+        every container. Empty where the binary cannot say."""
+        if path not in self._help:
+            try:
+                self._help[path] = self.run([str(self._host(path)), *prefix[1:], "--help"])
+            except InventoryError as error:
+                log.warning("%s cannot list its hooks (%s): enable-cuda-compat left out", path, str(error)[:500])
+                self._help[path] = ""
+        return self._help[path]
 
     @staticmethod
     def _links(libraries: list[str]) -> list[str]:
