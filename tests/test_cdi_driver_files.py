@@ -140,7 +140,7 @@ def test_what_is_not_installed_is_left_out(tmp_path: Path, caplog: pytest.LogCap
 
 
 def test_an_older_toolkit_runs_its_hooks_through_nvidia_ctk_and_only_those_it_has(tmp_path: Path) -> None:
-    """A toolkit without nvidia-cdi-hook (before 1.16) runs hooks as `nvidia-ctk hook …` and has no
+    """An older toolkit, without nvidia-cdi-hook, runs hooks as `nvidia-ctk hook …` and has no
     enable-cuda-compat: a hook it does not know would fail every container."""
     root = tmp_path / "root"
     lay_out(root, f"{LIBRARY_DIR}/libcuda.so.{VERSION}")
