@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import os
 import signal
 import stat
@@ -54,6 +55,8 @@ from fleet import h200_inventory, make_pool
 from gateway_support import REPO, GatewayProcess, running_gateway, running_worker_process
 from node_support import (H200_INVENTORY, SECONDS, STOP_SECONDS, JoinedNode, bcd, converged, fake_driver, join_node,
                           running_bcd, spec_state, wait_until)
+from test_cdi import check
+from test_cdi_driver_files import hook_binary
 
 TRUST_DOMAIN = "fleet.example.com"
 HOSTNAME = "sim-0001"
@@ -297,6 +300,38 @@ def test_a_spec_that_cannot_be_applied_reports_the_last_applied_generation(node:
     node.driver.broken = True
     [observed] = daemon.handle(node.spec(3))
     assert node.opened(observed)["generation"] == 1 and not node.cdi_path.exists()
+
+
+def test_the_cdi_file_carries_the_driver_files_every_device_needs(node: Node) -> None:
+    version = node.driver.collect()["driver"]["version"]
+    root = node.tmp / "driver-root"
+    libraries = "usr/lib/x86_64-linux-gnu"
+    for path in (f"{libraries}/libcuda.so.{version}", f"{libraries}/libnvidia-ml.so.{version}", "usr/bin/nvidia-smi"):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(b"")
+    hook_binary(root, "/usr/bin/nvidia-cdi-hook", "create-symlinks", "enable-cuda-compat", "update-ldcache")
+    node.driver = FlakyDriver(H200_INVENTORY, hostname=HOSTNAME, root=str(root))
+    node.daemon().handle(node.spec(1, gpu_booking()))
+    document = check(yaml.safe_load(node.cdi_path.read_text()))
+    common = document["containerEdits"]
+    assert [mount["containerPath"] for mount in common["mounts"]] == [
+        f"/usr/lib/x86_64-linux-gnu/libcuda.so.{version}", f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{version}",
+        "/usr/bin/nvidia-smi"]
+    assert [hook["args"][1] for hook in common["hooks"]] == ["create-symlinks", "enable-cuda-compat", "update-ldcache"]
+    assert common["deviceNodes"] and [device["name"] for device in document["devices"]] == [GPU]
+
+
+def test_bcd_warns_at_start_of_other_specs_declaring_its_devices(node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    etc, run = node.cdi_path.parent, node.tmp / "var-run-cdi"
+    run.mkdir()
+    (run / "nvidia.yaml").write_text(yaml.safe_dump({"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu", "devices": [
+        {"name": GPU, "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}]}))
+    etc.mkdir()
+    with caplog.at_level(logging.WARNING):
+        assert node.daemon().warn_other_specs((etc, run)) == [
+            f"{run / 'nvidia.yaml'} also declares nvidia.com/gpu={GPU}: {run} overrides the entries of "
+            "lower-priority directories, so the runtime silently uses its device, not ours"]
+    assert f"{run / 'nvidia.yaml'} also declares nvidia.com/gpu={GPU}" in caplog.text
 
 
 # -- commands ---------------------------------------------------------------------------------------------

@@ -10,12 +10,16 @@ instance of. No name has another meaning in nvidia-ctk's spec (`<index>`, `<uuid
 (`mig_uuid`), profile and placement all match the booking, on the booked GPU: not by placement
 alone, which after a re-layout may be an older, larger instance. One CDI device stands for each
 distinct name, so the slots of one GPU share a device. Each device gets its GPU's device nodes (and,
-for MIG, the instance's capability nodes); the nodes every GPU user needs (nvidiactl, nvidia-uvm, …)
-are the spec's own container edits, applied once whichever devices a container gets, as nvidia-ctk
-lays them out.
+for MIG, the instance's capability nodes); what every GPU user needs is the spec's own container
+edits, applied once whichever devices a container gets, as nvidia-ctk lays them out: the shared
+nodes (nvidiactl, nvidia-uvm, …), the driver's libraries, binaries, firmware and sockets, and the
+hooks that link and cache the libraries (CommonEdits, from the driver: daemon/driverfiles.py). So
+the file alone gives a container a usable GPU.
 
 The spec lists devices by the same names as nvidia-ctk's own spec; the CDI cache refuses a device
-two specs of one directory both define, so a node keeps nvidia-ctk's spec out of this one's directory.
+two specs of one directory both define, and takes a device from /var/run/cdi over the same one in
+/etc/cdi, so a node keeps nvidia-ctk's spec out of both: `other_specs` names each file that declares
+one of this node's devices, and bcd logs it at start-up.
 
 Fail closed: a booking that cannot be written (a name CDI refuses, an unknown kind, a field missing)
 costs only its own device, and is named in CdiSpec.refused; when no spec can be built at all (the
@@ -47,6 +51,11 @@ GENERATION_ANNOTATION = "better-compute/generation"
 RESERVATIONS_ANNOTATION = "better-compute/reservations"
 BOOKING_KINDS = ("gpu", "mig", "slot")
 
+# The CDI cache's spec directories, lowest priority first: a device a later directory declares
+# overrides the same device in an earlier one (container-device-interface pkg/cdi DefaultSpecDirs).
+SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+LEGACY_MIG_UUID = re.compile(r"^MIG-GPU-(.+)/(\d+)/(\d+)$")
+
 # The device name rule of the reference implementation (pkg/parser ValidateDeviceName).
 DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 
@@ -65,6 +74,22 @@ class CdiSpec:
     document: dict[str, Any] | None
     unresolved: tuple[str, ...]
     refused: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class CommonEdits:
+    """The container edits every device of a spec shares (the driver's files, daemon/driverfiles.py),
+    and the CDI version they need: nvidia-ctk writes the least version its edits need, and a runtime
+    refuses a spec that declares an older one than its content needs."""
+
+    container_edits: dict[str, Any]
+    cdi_version: str = CDI_VERSION
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """'0.6.0' -> (0, 6, 0); () where it is not a version."""
+    parts = text.removeprefix("v").split(".")
+    return tuple(int(part) for part in parts) if all(part.isdigit() for part in parts) else ()
 
 
 def device_name(cdi_name: str) -> str:
@@ -117,10 +142,11 @@ def _device_nodes(booking: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> l
     return [*gpu["device_nodes"], *instance["device_nodes"]]
 
 
-def build_spec(desired: dict[str, Any], inventory: dict[str, Any]) -> CdiSpec:
+def build_spec(desired: dict[str, Any], inventory: dict[str, Any], common: CommonEdits | None = None) -> CdiSpec:
     """The CDI spec for `desired` ({"generation": int, "devices": [{"cdi_name", "device_uuid",
     "kind", "reservation_id"; for MIG "profile", "placement", "mig_uuid"}]}) on the node `inventory`
-    describes."""
+    describes, with `common` as the container edits all its devices share (None: only the
+    inventory's shared device nodes)."""
     generation = desired["generation"]
     if not isinstance(generation, int) or isinstance(generation, bool):
         raise CdiError(f"generation {generation!r} is not an integer")
@@ -147,17 +173,65 @@ def build_spec(desired: dict[str, Any], inventory: dict[str, Any]) -> CdiSpec:
         reservations_of.setdefault(name, set()).add(reservation)
     if not nodes_of:
         return CdiSpec(document=None, unresolved=tuple(unresolved), refused=tuple(refused))
+    if common is None:
+        common = CommonEdits({"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]})
     document = {
-        "cdiVersion": CDI_VERSION,
+        "cdiVersion": max(CDI_VERSION, common.cdi_version, key=_version),
         "kind": KIND,
         "annotations": {GENERATION_ANNOTATION: str(generation)},
-        "containerEdits": {"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]},
+        "containerEdits": common.container_edits,
         "devices": [{"name": name,
                      "annotations": {RESERVATIONS_ANNOTATION: ",".join(sorted(reservations_of[name]))},
                      "containerEdits": {"deviceNodes": [{"path": node} for node in nodes_of[name]]}}
                     for name in sorted(nodes_of)],
     }
     return CdiSpec(document=document, unresolved=tuple(unresolved), refused=tuple(refused))
+
+
+def names_of(inventory: dict[str, Any]) -> set[str]:
+    """Every device name this node's spec may hold: its GPUs' and MIG devices' UUIDs (a legacy MIG
+    UUID in the form it is written in)."""
+    names = set()
+    for gpu in inventory.get("devices", []):
+        names.add(gpu["uuid"])
+        for instance in gpu.get("mig", {}).get("instances", []):
+            names.add(LEGACY_MIG_UUID.sub(r"MIG-GPU-\1-gi\2-ci\3", instance["uuid"]))
+    return names
+
+
+def other_specs(own: Path, names: set[str], directories: tuple[Path, ...] = SPEC_DIRS) -> list[str]:
+    """What a container runtime would make of the devices named `names` that another spec file in
+    `directories` (the CDI cache's, lowest priority first) also declares with kind nvidia.com/gpu:
+    one warning per file and device. A file that cannot be read is skipped (the runtime skips it too)."""
+    own = own.absolute()
+    mine = next((rank for rank, directory in enumerate(directories) if own.parent == directory.absolute()), None)
+    warnings = []
+    for rank, directory in enumerate(directories):
+        for path in sorted(directory.glob("*")):
+            if path.absolute() == own or path.suffix not in (".yaml", ".json") or not path.is_file():
+                continue
+            try:
+                document = decode(path.read_bytes(), path)
+                if document.get("kind") != KIND:
+                    continue
+                declared = {device.get("name") for device in document.get("devices", [])}
+            except (OSError, ValueError, yaml.YAMLError, AttributeError, TypeError):
+                continue
+            for name in sorted(declared & names):
+                warnings.append(f"{path} also declares {KIND}={name}: {_outcome(rank, mine, directory)}")
+    return warnings
+
+
+def _outcome(rank: int, mine: int | None, directory: Path) -> str:
+    """What the runtime does with a device two specs declare, by their directories' priorities."""
+    if mine is None:
+        return "ours is outside these directories, so a runtime reading them uses that file's device"
+    if rank == mine:
+        return "both specs are in one directory, so the runtime refuses the device"
+    if rank > mine:
+        return (f"{directory} overrides the entries of lower-priority directories, so the runtime silently uses "
+                "its device, not ours")
+    return "ours overrides it (a higher-priority directory); remove it to avoid confusion"
 
 
 def encode(document: dict[str, Any], path: Path) -> bytes:
@@ -167,6 +241,11 @@ def encode(document: dict[str, Any], path: Path) -> bytes:
     if path.suffix == ".json":
         return (json.dumps(document, indent=2) + "\n").encode()
     raise CdiError(f"{path}: a CDI spec file ends in .yaml or .json")
+
+
+def decode(data: bytes, path: Path) -> Any:
+    """A spec file's content as its name says it is encoded (ValueError, yaml.YAMLError)."""
+    return json.loads(data) if path.suffix == ".json" else yaml.safe_load(data)
 
 
 def write_spec(spec: CdiSpec, path: Path = DEFAULT_PATH) -> bool:
@@ -194,7 +273,7 @@ def withdraw(path: Path, granted: set[str]) -> bool:
     except FileNotFoundError:
         return False
     try:
-        document = json.loads(data) if path.suffix == ".json" else yaml.safe_load(data)
+        document = decode(data, path)
         kept = [device for device in document["devices"] if device["name"] in granted]
     except (ValueError, yaml.YAMLError, KeyError, TypeError):
         return remove_durably(path)

@@ -33,7 +33,8 @@ from uuid import UUID
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from better_compute.daemon.cdi import CdiError, CdiSpec, build_spec, granted_names, withdraw, write_spec
+from better_compute.daemon.cdi import (SPEC_DIRS, CdiError, CdiSpec, build_spec, granted_names, names_of, other_specs,
+                                       withdraw, write_spec)
 from better_compute.daemon.drivers import InventoryDriver, InventoryError
 from better_compute.daemon.journal import DEFAULT_BOUND, Journal
 from better_compute.daemon.state import Credentials, NodeState
@@ -192,7 +193,7 @@ class Daemon:
             log.info("spec generation %d is older than the applied %d: skipped", generation, last)
             return []
         try:
-            cdi = build_spec({"generation": generation, "devices": spec["devices"]}, self.driver.collect())
+            cdi = self.cdi_spec(generation, spec["devices"])
             write_spec(cdi, self.cdi_path)
         except (InventoryError, CdiError, KeyError, TypeError, OSError) as error:
             log.error("spec generation %d cannot be applied: %s%s", generation, error, self.withdraw(spec["devices"]))
@@ -207,6 +208,26 @@ class Daemon:
                  f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "",
                  f", not writable {', '.join(name for name, _ in cdi.refused)}" if cdi.refused else "")
         return [self.observed(generation, spec_conditions(cdi))]
+
+    def cdi_spec(self, generation: int, devices: list[Any]) -> CdiSpec:
+        """The CDI spec of these bookings on the node as the driver sees it now, with the driver's
+        files every device shares."""
+        inventory = self.driver.collect()
+        return build_spec({"generation": generation, "devices": devices}, inventory,
+                          self.driver.common_edits(inventory))
+
+    def warn_other_specs(self, directories: tuple[Path, ...] = SPEC_DIRS) -> list[str]:
+        """At start-up: log a warning for each device of this node another CDI spec also declares
+        (nvidia-ctk's own spec, a stale copy), which a runtime would refuse or take from the other
+        file. The warnings, for tests."""
+        try:
+            warnings = other_specs(self.cdi_path, names_of(self.driver.collect()), directories)
+        except (InventoryError, OSError) as error:
+            log.warning("other CDI specs not checked: %s", error)
+            return []
+        for warning in warnings:
+            log.warning("%s", warning)
+        return warnings
 
     def withdraw(self, devices: list[Any]) -> str:
         """Take the devices `devices` does not grant out of the CDI file; what was done, for the log."""
@@ -223,8 +244,7 @@ class Daemon:
             return False
         generation, devices = self.applied
         try:
-            drifted = write_spec(build_spec({"generation": generation, "devices": devices}, self.driver.collect()),
-                                 self.cdi_path)
+            drifted = write_spec(self.cdi_spec(generation, devices), self.cdi_path)
         except (InventoryError, CdiError, OSError) as error:
             log.error("the CDI file cannot be checked against spec generation %d: %s", generation, error)
             return False
@@ -428,6 +448,8 @@ def stop_on_signals() -> asyncio.Event:
 
 
 def run_until_signalled(daemon: Daemon, gateway: str) -> None:
+    daemon.warn_other_specs()
+
     async def main() -> None:
         await run(daemon, gateway, stop_on_signals())
     asyncio.run(main())

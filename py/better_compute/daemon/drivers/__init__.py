@@ -11,7 +11,10 @@ when chosen: the nvml driver needs nvidia-ml-py, which a CI machine need not hav
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from better_compute.daemon.cdi import CommonEdits
 
 DRIVERS = {"nvidia-smi": "nvidia_smi", "nvml": "nvml", "fake": "fake"}
 
@@ -33,6 +36,11 @@ class InventoryDriver(Protocol):
         """The processes using a GPU now, for `drain_processes`: `pid`, `gpu_uuid`,
         `used_memory_mib` (null where the driver cannot tell), and `gi`/`ci` (the MIG instance the
         process runs in, null outside MIG), so a drain can spare other tenants' MIG instances."""
+        ...
+
+    def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
+        """The CDI container edits every device of the node's spec shares (the driver's device
+        nodes, libraries, binaries and hooks: daemon/driverfiles.py) for the driver `inventory` names."""
         ...
 
     def reboot(self) -> None:

@@ -4,7 +4,9 @@ Given a hostname, it becomes that host's document: every GPU (and MIG device) ge
 from the hostname, so three fake daemons started from one capture are three nodes with distinct
 GPUs, as the control plane requires. The derivation is tests/fleet.py's, so a fake daemon's GPUs
 are the ones the Python tests register for the same hostname. It never touches the machine: a
-reboot is counted and shows as a new boot id, which is how the control plane sees one end.
+reboot is counted and shows as a new boot id, which is how the control plane sees one end, and the
+driver's files (the CDI spec's shared container edits) are read below a directory of the test's
+making, or are only the inventory's shared device nodes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import json
 import uuid
 from pathlib import Path
 from typing import Any
+
+from better_compute.daemon.cdi import CommonEdits
+from better_compute.daemon.driverfiles import DriverFiles
 
 
 def derived_uuid(*parts: object) -> uuid.UUID:
@@ -44,10 +49,12 @@ class Driver:
     `processes` as the GPU processes."""
 
     def __init__(self, path: str | Path, hostname: str | None = None,
-                 processes: list[dict[str, Any]] | None = None) -> None:
+                 processes: list[dict[str, Any]] | None = None, root: str | Path | None = None,
+                 nvidia_ctk: str | None = None) -> None:
         recorded = json.loads(Path(path).read_text(encoding="utf-8"))
         self._document = recorded if hostname is None else as_host(recorded, hostname)
         self._processes = list(processes or [])
+        self._files = None if root is None else DriverFiles(root=Path(root), nvidia_ctk=nvidia_ctk)
         self.reboots = 0
 
     def collect(self) -> dict[str, Any]:
@@ -55,6 +62,14 @@ class Driver:
 
     def processes(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self._processes)
+
+    def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
+        """The driver files below `root` (a directory laid out like a driver installation), asking
+        `nvidia_ctk` first where given; without a root, only the shared device nodes: a fake node
+        never looks at the machine it runs on."""
+        if self._files is None:
+            return CommonEdits({"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]})
+        return self._files.common_edits(inventory)
 
     def reboot(self) -> None:
         """Count the reboot and come back with a new boot id, as the rebooted machine would."""

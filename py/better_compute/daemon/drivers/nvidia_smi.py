@@ -18,6 +18,8 @@ from typing import Any
 from better_compute.daemon.drivers import InventoryError
 from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile, Process, inventory_document,
                                                     without_mig_prefix)
+from better_compute.daemon.cdi import CommonEdits
+from better_compute.daemon.driverfiles import DriverFiles
 from better_compute.daemon.drivers.host import Host
 
 
@@ -251,6 +253,7 @@ class Driver:
     def __init__(self, host: Host | None = None, nvidia_smi: str = "nvidia-smi") -> None:
         self._host = host or Host()
         self._nvidia_smi = nvidia_smi
+        self._files = DriverFiles(root=self._host.root)
 
     def _run(self, *arguments: str) -> str:
         return self._host.run([self._nvidia_smi, *arguments])
@@ -279,6 +282,9 @@ class Driver:
     def processes(self) -> list[dict[str, Any]]:
         return [dataclasses.asdict(process)
                 for gpu in parse_query_xml(self._run("-q", "-x")).gpus for process in gpu.processes]
+
+    def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
+        return self._files.common_edits(inventory)
 
     def reboot(self) -> None:
         self._host.reboot()

@@ -33,6 +33,8 @@ from typing import Any
 from better_compute.daemon.drivers import InventoryError
 from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile, Process, inventory_document,
                                                     without_mig_prefix)
+from better_compute.daemon.cdi import CommonEdits
+from better_compute.daemon.driverfiles import DriverFiles
 from better_compute.daemon.drivers.host import Host
 
 MIB = 1 << 20
@@ -216,6 +218,7 @@ class Driver:
 
     def __init__(self, host: Host | None = None) -> None:
         self._host = host or Host()
+        self._files = DriverFiles(root=self._host.root)
 
     def collect(self) -> dict[str, Any]:
         with nvml_session() as nvml:
@@ -225,6 +228,9 @@ class Driver:
     def processes(self) -> list[dict[str, Any]]:
         with nvml_session() as nvml:
             return [dataclasses.asdict(process) for process in running_processes(nvml)]
+
+    def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
+        return self._files.common_edits(inventory)
 
     def reboot(self) -> None:
         self._host.reboot()
