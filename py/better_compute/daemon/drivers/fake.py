@@ -4,7 +4,8 @@ Given a hostname, it becomes that host's document: every GPU (and MIG device) ge
 from the hostname, so three fake daemons started from one capture are three nodes with distinct
 GPUs, as the control plane requires. The derivation is tests/fleet.py's, so a fake daemon's GPUs
 are the ones the Python tests register for the same hostname. It never touches the machine: a
-reboot is counted and shows as a new boot id, which is how the control plane sees one end.
+reboot is counted and shows as a new boot id, which is how the control plane sees one end. Its
+telemetry readings are deterministic (derived from each device's index), and a test can set others.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import json
 import uuid
 from pathlib import Path
 from typing import Any
+
+from better_compute.daemon.drivers import Reading
+
+MIB = 1 << 20
 
 
 def derived_uuid(*parts: object) -> uuid.UUID:
@@ -49,12 +54,29 @@ class Driver:
         self._document = recorded if hostname is None else as_host(recorded, hostname)
         self._processes = list(processes or [])
         self.reboots = 0
+        # (GPU uuid, MIG uuid or None) -> the reading to report instead of the derived one.
+        self.readings: dict[tuple[str, str | None], Reading] = {}
 
     def collect(self) -> dict[str, Any]:
         return copy.deepcopy(self._document)
 
     def processes(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self._processes)
+
+    def sample(self) -> list[Reading]:
+        """A reading of every GPU and MIG device of the document: the one set in `readings`, else
+        one derived from the GPU's index (temperature 30 + index °C, power 100 + index W, …)."""
+        found = []
+        for device in self._document["devices"]:
+            index, gpu = device["index"], device["uuid"]
+            found.append(self.readings.get((gpu, None), Reading(
+                gpu_uuid=gpu, utilization_ratio=index / 10, memory_used_bytes=index * MIB,
+                temperature_celsius=30 + index, power_watts=100 + index, ecc_corrected=0,
+                ecc_uncorrected=device["health"]["ecc_uncorrected"], xid_errors=len(device["health"]["xid"]))))
+            found += [self.readings.get((gpu, instance["uuid"]), Reading(
+                gpu_uuid=gpu, mig_uuid=instance["uuid"], memory_used_bytes=instance["gi"] * MIB))
+                for instance in device["mig"]["instances"]]
+        return found
 
     def reboot(self) -> None:
         """Count the reboot and come back with a new boot id, as the rebooted machine would."""

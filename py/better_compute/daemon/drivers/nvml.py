@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from better_compute.daemon.drivers import InventoryError
+from better_compute.daemon.drivers import InventoryError, Reading
 from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile, Process, inventory_document,
                                                     without_mig_prefix)
 from better_compute.daemon.drivers.host import Host
@@ -176,6 +176,50 @@ def _mig_devices(nvml: ModuleType, handle: Any) -> list[dict[str, Any]]:
     return devices
 
 
+def _or_none(nvml: ModuleType, call: Callable[[], Any]) -> Any:
+    """`call()`, or None where NVML refuses it (not supported, e.g. a MIG device's power)."""
+    try:
+        return call()
+    except nvml.NVMLError:
+        return None
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _reading(nvml: ModuleType, handle: Any, gpu_uuid: str, mig_uuid: str | None = None) -> Reading:
+    """What NVML reads of one GPU or MIG device (power in mW, utilisation in %)."""
+    def ecc(kind: int) -> int | None:
+        return _or_none(nvml, lambda: nvml.nvmlDeviceGetTotalEccErrors(handle, kind, nvml.NVML_VOLATILE_ECC))
+    return Reading(
+        gpu_uuid=gpu_uuid, mig_uuid=mig_uuid,
+        utilization_ratio=_scaled(_or_none(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu), 0.01),
+        memory_used_bytes=_or_none(nvml, lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used),
+        temperature_celsius=_or_none(nvml, lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+        power_watts=_scaled(_or_none(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(handle)), 0.001),
+        ecc_corrected=ecc(nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        ecc_uncorrected=ecc(nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED))
+
+
+def readings(nvml: ModuleType) -> list[Reading]:
+    """A reading of every GPU and, where MIG is enabled, of every MIG device (NVML reads a MIG
+    device's memory; its utilisation, temperature and power are the GPU's and read as None)."""
+    found = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        found.append(_reading(nvml, handle, uuid))
+        mig_mode = _or_none(nvml, lambda handle=handle: nvml.nvmlDeviceGetMigMode(handle))
+        if mig_mode is None or mig_mode[0] != 1:
+            continue
+        for at in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            device = _or_none(nvml, lambda handle=handle, at=at: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, at))
+            if device is not None:
+                found.append(_reading(nvml, device, uuid, _text(nvml.nvmlDeviceGetUUID(device))))
+    return found
+
+
 def running_processes(nvml: ModuleType) -> list[Process]:
     """The compute and graphics processes on every GPU (a process doing both is listed once)."""
     found: dict[tuple[str, int], Process] = {}
@@ -225,6 +269,10 @@ class Driver:
     def processes(self) -> list[dict[str, Any]]:
         with nvml_session() as nvml:
             return [dataclasses.asdict(process) for process in running_processes(nvml)]
+
+    def sample(self) -> list[Reading]:
+        with nvml_session() as nvml:
+            return readings(nvml)
 
     def reboot(self) -> None:
         self._host.reboot()
