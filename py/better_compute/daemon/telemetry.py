@@ -55,6 +55,7 @@ METRICS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 }
 DROPPED_METRIC = "bc_telemetry_samples_dropped_total"
 OVERFLOW, REJECTED = "overflow", "rejected"
+REASONS = (OVERFLOW, REJECTED)
 
 HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
            "X-Prometheus-Remote-Write-Version": "0.1.0", "User-Agent": "bcd-telemetry"}
@@ -147,11 +148,13 @@ class Telemetry:
                  push_seconds: float = PUSH_SECONDS, clock: Callable[[], float] = time.time) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"the metrics endpoint is an http(s):// URL, not {url!r:.200}")
+        if spill_samples < MAX_SERIES + len(REASONS):
+            raise ValueError(f"the spill buffer must hold one full batch ({MAX_SERIES + len(REASONS)} samples)")
         self.url, self.node, self.driver, self.bookings = url, node, driver, bookings
         self.interval, self.spill_samples, self.push_seconds, self.clock = interval, spill_samples, push_seconds, clock
         self.spill: deque[Batch] = deque()
         self.spilled = 0  # samples in self.spill
-        self.dropped = {OVERFLOW: 0, REJECTED: 0}
+        self.dropped = dict.fromkeys(REASONS, 0)  # samples, by why
         self.sent = 0  # batches the endpoint took
         self._told: set[str] = set()  # what was logged once
 
@@ -166,17 +169,18 @@ class Telemetry:
         if len(found) > MAX_SERIES:
             self.tell_once("series", "%d series read, %d pushed (MAX_SERIES)", len(found), MAX_SERIES)
             found = found[:MAX_SERIES]
-        found += [(labels(__name__=DROPPED_METRIC, node=self.node, reason=reason), float(count))
-                  for reason, count in self.dropped.items()]
-        batch = Batch(int(self.clock() * 1000), tuple(found))
-        self.spill.append(batch)
-        self.spilled += len(batch.series)
-        while self.spilled > self.spill_samples:
+        size = len(found) + len(self.dropped)
+        while self.spill and self.spilled + size > self.spill_samples:  # room first: the counters then say so
             oldest = self.spill.popleft()
             self.spilled -= len(oldest.series)
             self.dropped[OVERFLOW] += len(oldest.series)
             self.tell_once("overflow", "the metrics endpoint %s has been down long enough that the spill buffer "
                            "(%d samples) drops the oldest samples", self.url, self.spill_samples)
+        found += [(labels(__name__=DROPPED_METRIC, node=self.node, reason=reason), float(count))
+                  for reason, count in self.dropped.items()]
+        batch = Batch(int(self.clock() * 1000), tuple(found))
+        self.spill.append(batch)
+        self.spilled += len(batch.series)
         return batch
 
     async def push(self, client: httpx.AsyncClient, batch: Batch) -> bool | None:

@@ -1,0 +1,248 @@
+"""GPU telemetry (P8) against a real Prometheus (Debian's `prometheus`, its remote-write receiver on):
+what `bcd` pushes is queried back with PromQL; the spill buffer holds a bounded number of samples
+while Prometheus is down, drops the oldest and counts them, and delivers the rest oldest first when
+it is back; a batch Prometheus refuses is dropped and counted; nothing reaches PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from better_compute.daemon.drivers import Reading
+from better_compute.daemon.drivers.fake import Driver as FakeDriver
+from better_compute.daemon.drivers.nvidia_smi import parse_sample_csv
+from better_compute.daemon.telemetry import MAX_SERIES, OVERFLOW, REJECTED, Telemetry
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-h200"
+NODE = "node-under-test"
+GPU_A, GPU_B = "GPU-aaaaaaaa-0000-4000-8000-000000000001", "GPU-bbbbbbbb-0000-4000-8000-000000000002"
+MIG_B = "MIG-bbbbbbbb-0000-4000-8000-0000000000b1"
+READY_SECONDS = 20.0
+
+
+def free_port() -> int:
+    with closing(socket.socket()) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Prometheus:
+    """A real `prometheus` on 127.0.0.1 with the remote-write receiver, started when asked."""
+
+    def __init__(self, directory: Path) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            pytest.fail("prometheus is not installed: run scripts/install-system-deps.sh")
+        self.binary, self.directory, self.port = binary, directory, free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        (directory / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\n")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def write_url(self) -> str:
+        return f"{self.url}/api/v1/write"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, f"--config.file={self.directory / 'prometheus.yml'}",
+             f"--storage.tsdb.path={self.directory / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
+             "--web.enable-remote-write-receiver"],
+            stdout=subprocess.DEVNULL, stderr=(self.directory / "prometheus.log").open("wb"))
+        deadline = time.monotonic() + READY_SECONDS
+        while True:
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert self.process.poll() is None, (self.directory / "prometheus.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "prometheus did not become ready"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(15)
+
+    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+        """The result of an instant PromQL query (at `at`, seconds since the epoch, else now)."""
+        answer = httpx.get(f"{self.url}/api/v1/query",
+                           params={"query": promql} | ({} if at is None else {"time": f"{at:.3f}"}), timeout=10)
+        assert answer.status_code == 200, answer.text
+        return list(answer.json()["data"]["result"])
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
+    """Not started: a test starts it when the endpoint should be up."""
+    server = Prometheus(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Clock:
+    """Wall-clock seconds a test moves by hand."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def telemetry(url: str, bookings: list[dict[str, Any]] | None = None, **options: Any) -> Telemetry:
+    driver = FakeDriver(FIXTURES / "inventory.json", hostname="telemetry-host")
+    return Telemetry(url, NODE, driver, lambda: bookings or [], **options)
+
+
+def flushed(sender: Telemetry) -> None:
+    """Push what the sender spilled, as its task does after each sample."""
+    async def flush() -> None:
+        async with httpx.AsyncClient() as client:
+            await sender.flush(client, budget=30)
+    asyncio.run(flush())
+
+
+def many_gpus(count: int, temperature: float) -> list[Reading]:
+    return [Reading(gpu_uuid=f"GPU-00000000-0000-4000-8000-{gpu:012d}", temperature_celsius=temperature,
+                    power_watts=300, utilization_ratio=0.5, memory_used_bytes=1 << 30, ecc_uncorrected=0)
+            for gpu in range(count)]
+
+
+def test_pushed_metrics_are_queried_back_with_promql(prometheus: Prometheus) -> None:
+    prometheus.start()
+    bookings = [{"kind": "gpu", "device_uuid": GPU_A, "reservation_id": "r-whole"},
+                {"kind": "mig", "device_uuid": GPU_B, "mig_uuid": MIG_B, "reservation_id": "r-mig"},
+                {"kind": "gpu", "device_uuid": "GPU-not-on-this-node", "reservation_id": "r-elsewhere"}]
+    sender = telemetry(prometheus.write_url, bookings)
+    sender.record([
+        Reading(gpu_uuid=GPU_A, utilization_ratio=0.75, memory_used_bytes=2 ** 34, temperature_celsius=41.5,
+                power_watts=512.25, ecc_corrected=3, ecc_uncorrected=1, xid_errors=2),
+        Reading(gpu_uuid=GPU_B, temperature_celsius=38, power_watts=90),
+        Reading(gpu_uuid=GPU_B, mig_uuid=MIG_B, memory_used_bytes=2 ** 30),
+    ])
+    flushed(sender)
+    assert (sender.sent, sender.spilled, sender.dropped) == (1, 0, {OVERFLOW: 0, REJECTED: 0})
+
+    [temperature] = prometheus.query(f'bc_gpu_temperature_celsius{{gpu_uuid="{GPU_A}"}}')
+    assert temperature["metric"] == {"__name__": "bc_gpu_temperature_celsius", "node": NODE, "gpu_uuid": GPU_A,
+                                     "reservation": "r-whole"}
+    assert float(temperature["value"][1]) == 41.5
+    [mig] = prometheus.query(f'bc_gpu_memory_used_bytes{{mig_uuid="{MIG_B}"}}')
+    assert mig["metric"] == {"__name__": "bc_gpu_memory_used_bytes", "node": NODE, "gpu_uuid": GPU_B,
+                                  "mig_uuid": MIG_B, "reservation": "r-mig"}
+    assert float(mig["value"][1]) == 2 ** 30
+    free = prometheus.query(f'bc_gpu_power_watts{{node="{NODE}", reservation=""}}')
+    assert [(series["metric"]["gpu_uuid"], float(series["value"][1])) for series in free] == [(GPU_B, 90.0)]
+    ecc = prometheus.query(f'sum by (type) (bc_gpu_ecc_errors_total{{gpu_uuid="{GPU_A}"}})')
+    assert {series["metric"]["type"]: float(series["value"][1]) for series in ecc} == {"corrected": 3, "uncorrected": 1}
+    assert float(prometheus.query("bc_gpu_xid_errors_total")[0]["value"][1]) == 2
+    assert float(prometheus.query("bc_gpu_utilization_ratio")[0]["value"][1]) == 0.75
+    # Label values only from the node's own readings: the booking of another node's GPU made none.
+    assert prometheus.query('{reservation="r-elsewhere"}') == []
+    assert prometheus.query(f'count({{node="{NODE}", __name__=~"bc_gpu_.*"}})')[0]["value"][1] == "10"  # 7 + 2 + 1
+
+
+def test_the_spill_buffer_is_bounded_and_delivered_oldest_first_when_prometheus_is_back(
+        prometheus: Prometheus) -> None:
+    per_batch = 40 * 5 + 2  # 40 GPUs × 5 metrics, and the two drop counters
+    clock = Clock(time.time() - 60)
+    sender = telemetry(prometheus.write_url, spill_samples=3 * per_batch, clock=clock)
+    for second in range(5):  # Prometheus is down: nothing listens on its port yet
+        clock.now += 1
+        sender.record(many_gpus(40, temperature=second))
+        flushed(sender)
+        assert sender.spilled <= 3 * per_batch
+    assert (len(sender.spill), sender.spilled, sender.sent) == (3, 3 * per_batch, 0)
+    assert sender.dropped[OVERFLOW] == 2 * per_batch  # the two oldest batches
+
+    prometheus.start()
+    flushed(sender)
+    assert (sender.sent, sender.spilled) == (3, 0)
+    gpu = many_gpus(1, 0)[0].gpu_uuid
+    [kept] = prometheus.query(f'bc_gpu_temperature_celsius{{gpu_uuid="{gpu}"}}[5m]', at=clock.now)
+    assert [float(value) for _, value in kept["values"]] == [2, 3, 4]  # the newest three, in order
+    [overflow] = prometheus.query(f'{{__name__="bc_telemetry_samples_dropped_total", reason="overflow"}}', at=clock.now)
+    assert float(overflow["value"][1]) == 2 * per_batch
+
+
+def test_a_batch_prometheus_refuses_is_dropped_and_counted(prometheus: Prometheus) -> None:
+    prometheus.start()
+    clock = Clock(time.time() - 30)
+    sender = telemetry(prometheus.write_url, clock=clock)
+    sender.record(many_gpus(2, temperature=50))
+    flushed(sender)
+    clock.now -= 10  # older than what Prometheus holds: out of order, 400
+    sender.record(many_gpus(2, temperature=60))
+    flushed(sender)
+    assert (sender.sent, sender.spilled, sender.dropped[REJECTED]) == (1, 0, 2 * 5 + 2)
+    clock.now += 20
+    sender.record(many_gpus(2, temperature=70))
+    flushed(sender)
+    [rejected] = prometheus.query('bc_telemetry_samples_dropped_total{reason="rejected"}', at=clock.now)
+    assert float(rejected["value"][1]) == 12
+    assert {float(series["value"][1]) for series in prometheus.query("bc_gpu_temperature_celsius", at=clock.now)} == {70}
+
+
+def test_an_endpoint_that_never_answers_times_out_and_the_batch_is_spilled() -> None:
+    with closing(socket.socket()) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections complete in the backlog; nothing ever answers
+        sender = telemetry(f"http://127.0.0.1:{silent.getsockname()[1]}/api/v1/write", push_seconds=0.5)
+        sender.record(many_gpus(1, 40))
+        flushed(sender)
+    assert (sender.sent, len(sender.spill), sender.dropped) == (0, 1, {OVERFLOW: 0, REJECTED: 0})
+
+
+def test_series_per_batch_and_label_values_are_bounded() -> None:
+    long = "r" * 1000
+    sender = telemetry("http://127.0.0.1:9/api/v1/write",
+                       [{"kind": "gpu", "device_uuid": many_gpus(1, 0)[0].gpu_uuid, "reservation_id": long}])
+    batch = sender.record(many_gpus(200, 40))  # 1000 series read
+    assert len(batch.series) == MAX_SERIES + 2
+    assert max(len(value) for labels, _ in batch.series for _, value in labels) == 256
+
+
+def test_the_fake_driver_reads_each_gpu_and_the_nvidia_smi_driver_parses_its_query() -> None:
+    driver = FakeDriver(FIXTURES / "inventory.json", hostname="telemetry-host")
+    [reading] = driver.sample()
+    assert (reading.temperature_celsius, reading.power_watts, reading.ecc_uncorrected) == (30, 100, 0)
+    driver.readings[reading.gpu_uuid, None] = Reading(gpu_uuid=reading.gpu_uuid, temperature_celsius=88)
+    assert driver.sample()[0].temperature_celsius == 88
+    [captured] = parse_sample_csv((FIXTURES / "nvidia-smi-query.csv").read_text())
+    assert captured == Reading(gpu_uuid="GPU-fa1e3565-6f0b-4506-b6d4-3b9b3e1f32a9", utilization_ratio=0.0,
+                               temperature_celsius=33, ecc_uncorrected=0)
+    assert parse_sample_csv("uuid, memory.used [MiB], power.draw [W], ecc.errors.corrected.volatile.total\n"
+                            "GPU-1, 512 MiB, 77.80 W, [N/A]\n") == [
+        Reading(gpu_uuid="GPU-1", memory_used_bytes=512 << 20, power_watts=77.8)]
+
+
+def table_rows(db_dsn: str) -> dict[str, int]:
+    """Rows of every table of the product's schemas."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        tables = conn.execute("SELECT format('%I.%I', schemaname, relname) FROM pg_stat_user_tables").fetchall()
+        return {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for (table,) in tables}
+
+
+def metric_rows(db_dsn: str) -> list[str]:
+    """Tables with a row that mentions a metric name anywhere."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        tables = conn.execute("SELECT format('%I.%I', schemaname, relname) FROM pg_stat_user_tables").fetchall()
+        return [table for (table,) in tables
+                if conn.execute(f"SELECT EXISTS (SELECT FROM {table} t WHERE t::text LIKE '%%bc_gpu_%%')").fetchone()[0]]
