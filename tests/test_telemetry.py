@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import closing
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +20,24 @@ import httpx
 import psycopg
 import pytest
 
-from better_compute.daemon.drivers import Reading
+from better_compute.daemon.drivers import Reading, fake
 from better_compute.daemon.drivers.fake import Driver as FakeDriver
 from better_compute.daemon.drivers.nvidia_smi import parse_sample_csv
 from better_compute.daemon.telemetry import MAX_SERIES, OVERFLOW, REJECTED, Telemetry
+
+from fleet import H200_MODEL
+from gateway_support import running_gateway, running_worker_process
+from iam_server import statement, write_static_iam
+from node_support import converged, join_node, running_bcd, wait_until
+from relay_support import running_relay, static_iam
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-h200"
 NODE = "node-under-test"
 GPU_A, GPU_B = "GPU-aaaaaaaa-0000-4000-8000-000000000001", "GPU-bbbbbbbb-0000-4000-8000-000000000002"
 MIG_B = "MIG-bbbbbbbb-0000-4000-8000-0000000000b1"
 READY_SECONDS = 20.0
+TENANT = "cccccccc-0000-4000-8000-000000000013"
+TOKEN = "token-of-the-operator"
 
 
 def free_port() -> int:
@@ -246,3 +255,37 @@ def metric_rows(db_dsn: str) -> list[str]:
         tables = conn.execute("SELECT format('%I.%I', schemaname, relname) FROM pg_stat_user_tables").fetchall()
         return [table for (table,) in tables
                 if conn.execute(f"SELECT EXISTS (SELECT FROM {table} t WHERE t::text LIKE '%%bc_gpu_%%')").fetchone()[0]]
+
+
+def test_bcd_run_pushes_to_prometheus_and_writes_no_metric_to_postgresql(
+        prometheus: Prometheus, db_dsn: str, tmp_path: Path) -> None:
+    prometheus.start()
+    iam = write_static_iam(tmp_path / "iam.toml", [(TOKEN, "user:operator", TENANT, [statement("allow")])])
+    with (running_relay(db_dsn, static_iam(iam)) as relay, running_gateway(db_dsn, tmp_path / "keys") as gateway,
+          running_worker_process(db_dsn, gateway.keys), psycopg.connect(db_dsn, autocommit=True) as sql):
+        def call(method: str, document: dict[str, object]) -> Any:
+            return relay.data(method, document, TOKEN, TENANT)
+        site = call("sites.create", {"name": "lab"})
+        pool = str(call("pools.create", {"site_id": site["site_id"], "name": "h200", "gpu_model": H200_MODEL})["pool_id"])
+        call("offerings.create", {"pool_id": pool, "shape": "gpu", "max_count": 8, "max_duration_seconds": 86400})
+        node = join_node(gateway, str(call("joinTokens.create", {"pool_id": pool})["token"]), tmp_path, "metrics-node")
+        gpu = fake.gpu_uuid(node.hostname, 0)
+        with running_bcd(gateway, node.state_dir, node.hostname, node.cdi_path,
+                         ["--metrics-url", prometheus.write_url, "--metrics-interval", "0.2"]) as daemon:
+            wait_until(lambda: converged(sql, node, []), "the first spec observed", daemon.log)
+            end = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+            reservation = str(call("reservations.create", {"pool_id": pool, "shape": "gpu", "count": 1,
+                                                             "end": end})["reservation_id"])
+            held = f'bc_gpu_temperature_celsius{{gpu_uuid="{gpu}", reservation="{reservation}"}}'
+            [series] = wait_until(lambda: prometheus.query(held), "the booked GPU's temperature in Prometheus",
+                                  daemon.log)
+            assert series["metric"]["node"] == str(node.node_id)
+            assert float(series["value"][1]) == 30  # the fake driver's GPU 0
+
+            def samples() -> int:
+                found = prometheus.query(f'sum(count_over_time(bc_gpu_temperature_celsius{{gpu_uuid="{gpu}"}}[5m]))')
+                return int(found[0]["value"][1]) if found else 0
+            before, pushed = table_rows(db_dsn), samples()
+            wait_until(lambda: samples() >= pushed + 5, "five more pushes", daemon.log)
+            assert table_rows(db_dsn) == before  # no table grew while metrics flowed
+            assert metric_rows(db_dsn) == []  # and none holds a metric, from the session or anywhere

@@ -118,6 +118,7 @@ def run_command(
     Converges the CDI file to each signed spec, runs each signed command once, renews the SVID, and
     pushes GPU metrics to --metrics-url when given."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per metrics push otherwise
     chosen = chosen_driver(name, options, "'--driver-option'")
     try:
         daemon = Daemon(NodeState(state_dir), chosen, cdi_path, journal_bound=journal_bound)
