@@ -28,7 +28,7 @@ from better_compute.daemon.telemetry import MAX_SERIES, OVERFLOW, REJECTED, Tele
 from fleet import H200_MODEL
 from gateway_support import running_gateway, running_worker_process
 from iam_server import statement, write_static_iam
-from node_support import converged, join_node, running_bcd, wait_until
+from node_support import bcd, converged, join_node, running_bcd, wait_until
 from relay_support import running_relay, static_iam
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-h200"
@@ -206,7 +206,8 @@ def test_a_batch_prometheus_refuses_is_dropped_and_counted(prometheus: Prometheu
     flushed(sender)
     [rejected] = prometheus.query('bc_telemetry_samples_dropped_total{reason="rejected"}', at=clock.now)
     assert float(rejected["value"][1]) == 12
-    assert {float(series["value"][1]) for series in prometheus.query("bc_gpu_temperature_celsius", at=clock.now)} == {70}
+    temperatures = prometheus.query("bc_gpu_temperature_celsius", at=clock.now)
+    assert {float(series["value"][1]) for series in temperatures} == {70}
 
 
 def test_an_endpoint_that_never_answers_times_out_and_the_batch_is_spilled() -> None:
@@ -242,6 +243,14 @@ def test_the_fake_driver_reads_each_gpu_and_the_nvidia_smi_driver_parses_its_que
         Reading(gpu_uuid="GPU-1", memory_used_bytes=512 << 20, power_watts=77.8)]
 
 
+def test_bcd_run_refuses_a_metrics_url_that_is_not_http(tmp_path: Path) -> None:
+    refused = bcd("run", "--gateway", "wss://127.0.0.1:1", "--state-dir", str(tmp_path),
+                  "--metrics-url", "udp://127.0.0.1:9090")
+    words = " ".join(word for word in refused.stderr.split() if word.strip("│╭╮╰╯─"))  # out of rich's box
+    assert refused.returncode == 2
+    assert "the metrics endpoint is an http(s):// URL" in words, refused.stderr
+
+
 def table_rows(db_dsn: str) -> dict[str, int]:
     """Rows of every table of the product's schemas."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
@@ -253,8 +262,8 @@ def metric_rows(db_dsn: str) -> list[str]:
     """Tables with a row that mentions a metric name anywhere."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         tables = conn.execute("SELECT format('%I.%I', schemaname, relname) FROM pg_stat_user_tables").fetchall()
-        return [table for (table,) in tables
-                if conn.execute(f"SELECT EXISTS (SELECT FROM {table} t WHERE t::text LIKE '%%bc_gpu_%%')").fetchone()[0]]
+        mentions = "SELECT EXISTS (SELECT FROM {} t WHERE t::text LIKE '%bc_gpu_%')"
+        return [table for (table,) in tables if conn.execute(mentions.format(table)).fetchone()[0]]
 
 
 def test_bcd_run_pushes_to_prometheus_and_writes_no_metric_to_postgresql(
@@ -266,7 +275,8 @@ def test_bcd_run_pushes_to_prometheus_and_writes_no_metric_to_postgresql(
         def call(method: str, document: dict[str, object]) -> Any:
             return relay.data(method, document, TOKEN, TENANT)
         site = call("sites.create", {"name": "lab"})
-        pool = str(call("pools.create", {"site_id": site["site_id"], "name": "h200", "gpu_model": H200_MODEL})["pool_id"])
+        pool = str(call("pools.create", {"site_id": site["site_id"], "name": "h200",
+                                         "gpu_model": H200_MODEL})["pool_id"])
         call("offerings.create", {"pool_id": pool, "shape": "gpu", "max_count": 8, "max_duration_seconds": 86400})
         node = join_node(gateway, str(call("joinTokens.create", {"pool_id": pool})["token"]), tmp_path, "metrics-node")
         gpu = fake.gpu_uuid(node.hostname, 0)

@@ -138,6 +138,13 @@ def compressed(batch: Batch) -> bytes:
     return bytes(cramjam.snappy.compress_raw(write_request(batch)))
 
 
+def check_url(url: str) -> str:
+    """A remote-write endpoint is an http(s):// URL (ValueError otherwise)."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"the metrics endpoint is an http(s):// URL, not {url!r:.200}")
+    return url
+
+
 # -- the pusher -------------------------------------------------------------------------------------
 
 class Telemetry:
@@ -146,8 +153,7 @@ class Telemetry:
     def __init__(self, url: str, node: str, driver: InventoryDriver, bookings: Callable[[], Iterable[Any]],
                  interval: float = DEFAULT_INTERVAL_SECONDS, spill_samples: int = SPILL_SAMPLES,
                  push_seconds: float = PUSH_SECONDS, clock: Callable[[], float] = time.time) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"the metrics endpoint is an http(s):// URL, not {url!r:.200}")
+        check_url(url)
         if spill_samples < MAX_SERIES + len(REASONS):
             raise ValueError(f"the spill buffer must hold one full batch ({MAX_SERIES + len(REASONS)} samples)")
         self.url, self.node, self.driver, self.bookings = url, node, driver, bookings
