@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from contextlib import closing
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from better_compute.daemon.drivers import Reading, fake
 from better_compute.daemon.drivers.fake import Driver as FakeDriver
 from better_compute.daemon.drivers.nvidia_smi import parse_sample_csv
+from better_compute.daemon.drivers.nvml import XidCounter, readings
 from better_compute.daemon.telemetry import MAX_SERIES, OVERFLOW, REJECTED, Telemetry
 
 from fleet import H200_MODEL
@@ -249,6 +251,100 @@ def test_bcd_run_refuses_a_metrics_url_that_is_not_http(tmp_path: Path) -> None:
     words = " ".join(word for word in refused.stderr.split() if word.strip("│╭╮╰╯─"))  # out of rich's box
     assert refused.returncode == 2
     assert "the metrics endpoint is an http(s):// URL" in words, refused.stderr
+
+
+class StandInNvml:
+    """The pynvml calls the nvml driver's sampling makes, with pynvml's signatures and units (mW, %),
+    answering for two GPUs: GPU 0 with MIG enabled and one MIG device, GPU 1 refusing what a virtual
+    GPU refuses. The live library needs a GPU; this checks the driver's use of it."""
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_NotSupported(NVMLError):  # noqa: N801 (pynvml's names)
+        pass
+
+    class NVMLError_Timeout(NVMLError):  # noqa: N801
+        pass
+
+    NVML_TEMPERATURE_GPU, NVML_VOLATILE_ECC = 0, 0
+    NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
+    nvmlEventTypeXidCriticalError = 8
+
+    def __init__(self) -> None:
+        self.pending = [SimpleNamespace(device="gpu0", eventType=8, eventData=79)] * 2
+        self.initialised = 0
+
+    def nvmlInit(self) -> None:
+        self.initialised += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return f"gpu{index}"
+
+    def nvmlDeviceGetUUID(self, handle: str) -> str:
+        return {"gpu0": GPU_A, "gpu1": GPU_B, "mig0": MIG_B}[handle]
+
+    def refuse_on(self, handle: str, *refusing: str) -> None:
+        if handle in refusing:
+            raise self.NVMLError_NotSupported("Not Supported")
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> SimpleNamespace:
+        self.refuse_on(handle, "mig0")
+        return SimpleNamespace(gpu=75, memory=10)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> SimpleNamespace:
+        return SimpleNamespace(used={"gpu0": 2 ** 33, "gpu1": 0, "mig0": 2 ** 30}[handle])
+
+    def nvmlDeviceGetTemperature(self, handle: str, sensor: int) -> int:
+        self.refuse_on(handle, "mig0")
+        return 41
+
+    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:
+        self.refuse_on(handle, "mig0", "gpu1")
+        return 512250  # mW
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: str, kind: int, counter: int) -> int:
+        self.refuse_on(handle, "mig0", "gpu1")
+        return 3 if kind == self.NVML_MEMORY_ERROR_TYPE_CORRECTED else 1
+
+    def nvmlDeviceGetMigMode(self, handle: str) -> list[int]:
+        self.refuse_on(handle, "gpu1")
+        return [1, 1]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: str) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: str, index: int) -> str:
+        if index:
+            raise self.NVMLError("Not Found")
+        return "mig0"
+
+    def nvmlEventSetCreate(self) -> str:
+        return "events"
+
+    def nvmlDeviceRegisterEvents(self, handle: str, kinds: int, events: str) -> None:
+        self.refuse_on(handle, "gpu1")
+
+    def nvmlEventSetWait_v2(self, events: str, timeout_ms: int) -> SimpleNamespace:
+        if not self.pending:
+            raise self.NVMLError_Timeout("Timeout")
+        return self.pending.pop()
+
+
+def test_the_nvml_driver_reads_gpus_mig_devices_and_xids_in_their_units() -> None:
+    nvml: Any = StandInNvml()
+    assert readings(nvml) == [
+        Reading(gpu_uuid=GPU_A, utilization_ratio=0.75, memory_used_bytes=2 ** 33, temperature_celsius=41,
+                power_watts=512.25, ecc_corrected=3, ecc_uncorrected=1),
+        Reading(gpu_uuid=GPU_A, mig_uuid=MIG_B, memory_used_bytes=2 ** 30),
+        Reading(gpu_uuid=GPU_B, utilization_ratio=0.75, memory_used_bytes=0, temperature_celsius=41)]
+    xids = XidCounter(nvml)
+    assert nvml.initialised == 1  # kept initialised for the event set
+    assert xids.drain(nvml) == {GPU_A: 2}  # GPU B refused the registration: unknown, not 0
+    assert xids.drain(nvml) == {GPU_A: 2}
 
 
 def table_rows(db_dsn: str) -> dict[str, int]:

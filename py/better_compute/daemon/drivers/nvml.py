@@ -39,6 +39,7 @@ MIB = 1 << 20
 NOT_AVAILABLE = 0xFFFFFFFF  # NVML's "no value" for a process's GPU/compute instance outside MIG
 MAX_PLACEMENTS = 32  # room for every placement NVML can list: there are at most 8 memory slices
 NODE_SET_WORDS = 16  # NUMA node masks of 64 bits each: room for 1024 nodes
+MAX_XID_EVENTS = 1024  # read per sample: a GPU storming Xids does not hold the sampler
 
 
 def failed(value: Any) -> bool:
@@ -220,6 +221,36 @@ def readings(nvml: ModuleType) -> list[Reading]:
     return found
 
 
+class XidCounter:
+    """Critical Xid events per GPU since the daemon started: an NVML event set registered on every GPU
+    that allows it, drained without waiting at each sample. It keeps NVML initialised while the
+    daemon runs (NVML counts initialisations), or the event set would go with the next shutdown."""
+
+    def __init__(self, nvml: ModuleType) -> None:
+        nvml.nvmlInit()
+        self.events = nvml.nvmlEventSetCreate()
+        self.counts: dict[str, int] = {}  # only the GPUs registered: elsewhere the count is unknown
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self.events)
+            except nvml.NVMLError:  # not supported (some virtual GPUs): no count for that GPU
+                continue
+            self.counts[_text(nvml.nvmlDeviceGetUUID(handle))] = 0
+
+    def drain(self, nvml: ModuleType) -> dict[str, int]:
+        """The counts, after the events that came since the last call (at most MAX_XID_EVENTS)."""
+        for _ in range(MAX_XID_EVENTS):
+            try:
+                event = nvml.nvmlEventSetWait_v2(self.events, 0)
+            except nvml.NVMLError_Timeout:  # none waiting
+                break
+            uuid = _text(nvml.nvmlDeviceGetUUID(event.device))
+            if event.eventType & nvml.nvmlEventTypeXidCriticalError and uuid in self.counts:
+                self.counts[uuid] += 1
+        return dict(self.counts)
+
+
 def running_processes(nvml: ModuleType) -> list[Process]:
     """The compute and graphics processes on every GPU (a process doing both is listed once)."""
     found: dict[tuple[str, int], Process] = {}
@@ -260,6 +291,7 @@ class Driver:
 
     def __init__(self, host: Host | None = None) -> None:
         self._host = host or Host()
+        self._xids: XidCounter | None = None  # made at the first sample
 
     def collect(self) -> dict[str, Any]:
         with nvml_session() as nvml:
@@ -272,7 +304,11 @@ class Driver:
 
     def sample(self) -> list[Reading]:
         with nvml_session() as nvml:
-            return readings(nvml)
+            if self._xids is None:
+                self._xids = XidCounter(nvml)
+            xids = self._xids.drain(nvml)
+            return [reading if reading.mig_uuid else dataclasses.replace(reading, xid_errors=xids.get(reading.gpu_uuid))
+                    for reading in readings(nvml)]
 
     def reboot(self) -> None:
         self._host.reboot()
