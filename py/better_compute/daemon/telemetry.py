@@ -231,5 +231,7 @@ class Telemetry:
                     self.record(await asyncio.to_thread(self.driver.sample))
                 except InventoryError as error:
                     self.tell_once("sample", "GPU readings cannot be taken: %s", error)
+                except Exception as error:  # a driver's bug must not end telemetry, nor touch the session
+                    self.tell_once("bug", "GPU readings failed: %s: %s", type(error).__name__, error)
                 await self.flush(client)
                 await asyncio.sleep(self.interval)
