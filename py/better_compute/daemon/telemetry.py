@@ -109,6 +109,8 @@ def series(node: str, readings: Iterable[Reading], held: dict[str, str]) -> list
 # -- remote write 1.0: a protobuf WriteRequest, snappy block-compressed -----------------------------
 
 def _varint(number: int) -> bytes:
+    if number < 0:  # a timestamp before 1970: a clock this encoder does not serve
+        raise ValueError(f"{number} cannot be a varint here")
     out = bytearray()
     while True:
         low, number = number & 0x7F, number >> 7
