@@ -193,6 +193,31 @@ def test_the_spill_buffer_is_bounded_and_delivered_oldest_first_when_prometheus_
     assert float(overflow["value"][1]) == 2 * per_batch
 
 
+def test_the_running_task_spills_while_prometheus_is_down_and_delivers_once_it_is_up(
+        prometheus: Prometheus) -> None:
+    sender = telemetry(prometheus.write_url, interval=0.1)
+    gpu = sender.driver.sample()[0].gpu_uuid
+
+    async def scenario() -> float:
+        task = asyncio.create_task(sender.run())
+        try:
+            while len(sender.spill) < 5:  # down: nothing listens yet
+                await asyncio.sleep(0.05)
+            first = sender.spill[0].timestamp_ms / 1000
+            await asyncio.to_thread(prometheus.start)
+            while sender.spill or sender.sent < 6:
+                await asyncio.sleep(0.05)
+            return first
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    first = asyncio.run(asyncio.wait_for(scenario(), 60))
+    [delivered] = prometheus.query(f'bc_gpu_temperature_celsius{{gpu_uuid="{gpu}"}}[5m]')
+    assert delivered["values"][0][0] == first  # the oldest spilled sample arrived, first
+    assert sender.dropped == {OVERFLOW: 0, REJECTED: 0}
+
+
 def test_a_batch_prometheus_refuses_is_dropped_and_counted(prometheus: Prometheus) -> None:
     prometheus.start()
     clock = Clock(time.time() - 30)
