@@ -9,6 +9,7 @@ packages=(
   postgresql-15-pgtap                    # the pgTAP extension
   libtap-parser-sourcehandler-pgtap-perl # pg_prove
   sqitch libdbd-pg-perl                  # the DBA's migration tool, proven compatible in the tests
+  prometheus                             # a real remote-write receiver for the daemon's telemetry test
 )
 
 missing=()

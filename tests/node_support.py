@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,12 +59,14 @@ class RunningDaemon:
 
 
 @contextmanager
-def running_bcd(gateway: GatewayProcess, state_dir: Path, hostname: str, cdi_path: Path) -> Iterator[RunningDaemon]:
-    """`bcd run` (fake driver); SIGTERM, then SIGKILL, when the block ends and it still runs."""
+def running_bcd(gateway: GatewayProcess, state_dir: Path, hostname: str, cdi_path: Path,
+                extra: Sequence[str] = ()) -> Iterator[RunningDaemon]:
+    """`bcd run` (fake driver, and `extra` options); SIGTERM, then SIGKILL, when the block ends and it
+    still runs."""
     log_path = Path(tempfile.mkstemp(prefix="bcd-", suffix=".log")[1])
     with log_path.open("wb") as log_file:
         process = subprocess.Popen([str(BCD), "run", "--gateway", gateway.url, "--state-dir", str(state_dir),
-                                    "--cdi-path", str(cdi_path), *fake_driver(hostname)],
+                                    "--cdi-path", str(cdi_path), *fake_driver(hostname), *extra],
                                    stdout=subprocess.DEVNULL, stderr=log_file, cwd=REPO,
                                    env={**os.environ, "PYTHONPATH": str(REPO / "py")})
     try:

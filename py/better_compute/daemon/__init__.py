@@ -15,6 +15,7 @@ from better_compute.daemon.join import AlreadyJoined, JoinRefused, join
 from better_compute.daemon.journal import DEFAULT_BOUND, JournalError
 from better_compute.daemon.runtime import UNREACHABLE, Daemon, endpoint, run_until_signalled
 from better_compute.daemon.state import DEFAULT_STATE_DIR, NodeState, NotJoined
+from better_compute.daemon.telemetry import DEFAULT_INTERVAL_SECONDS, Telemetry, check_url
 from better_compute.nodeproto import ProtocolError
 from better_compute.pki import PkiError
 
@@ -49,6 +50,14 @@ def gateway_url(url: str) -> str:
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     return url
+
+
+def metrics_url_checked(url: str | None) -> str | None:
+    """A `--metrics-url` is checked before anything runs, as a `--gateway` is."""
+    try:
+        return None if url is None else check_url(url)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
 
 
 def fail(message: str) -> typer.Exit:
@@ -108,14 +117,22 @@ def run_command(
     options: list[str] = typer.Option([], "--driver-option", help=OPTION_HELP),
     cdi_path: Path = typer.Option(DEFAULT_CDI_PATH, help="The CDI spec file this daemon owns (.yaml or .json)."),
     journal_bound: int = typer.Option(DEFAULT_BOUND, min=1, help="Command ids the journal remembers."),
+    metrics_url: str | None = typer.Option(
+        None, callback=metrics_url_checked, help="Push GPU metrics here with Prometheus remote write, e.g. http://prometheus:9090/api/v1/write "
+                   "(off when not given)."),
+    metrics_interval: float = typer.Option(DEFAULT_INTERVAL_SECONDS, min=0.1, help="Seconds between metric samples."),
 ) -> None:
     """Hold a session with the gateway until SIGTERM or SIGINT.
 
-    Converges the CDI file to each signed spec, runs each signed command once, renews the SVID."""
+    Converges the CDI file to each signed spec, runs each signed command once, renews the SVID, and
+    pushes GPU metrics to --metrics-url when given."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per metrics push otherwise
     chosen = chosen_driver(name, options, "'--driver-option'")
     try:
         daemon = Daemon(NodeState(state_dir), chosen, cdi_path, journal_bound=journal_bound)
     except (NotJoined, JournalError, PkiError, ValueError, OSError) as error:
         raise fail(str(error)) from error
-    run_until_signalled(daemon, gateway)
+    telemetry = None if metrics_url is None else Telemetry(
+        metrics_url, str(daemon.node_id), chosen, daemon.bookings, interval=metrics_interval)
+    run_until_signalled(daemon, gateway, telemetry)

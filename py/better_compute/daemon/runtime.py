@@ -38,6 +38,7 @@ from better_compute.daemon.cdi import (SPEC_DIRS, CdiError, CdiSpec, build_spec,
 from better_compute.daemon.drivers import InventoryDriver, InventoryError
 from better_compute.daemon.journal import DEFAULT_BOUND, Journal
 from better_compute.daemon.state import Credentials, NodeState
+from better_compute.daemon.telemetry import Telemetry
 from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, NODE_MESSAGE_BYTES, SESSION_PATH, UNSUPPORTED,
                                       Certificate, Command, Envelope, Error, Heartbeat, Hello, Inventory, Message,
                                       Observed, ProtocolError, Renew, Result, Spec, decode, encode)
@@ -127,6 +128,10 @@ class Daemon:
     @property
     def node_id(self) -> UUID:
         return self.credentials.node_id
+
+    def bookings(self) -> list[Any]:
+        """The bookings of the newest verified spec (telemetry labels each device with its holder)."""
+        return [] if self.applied is None else self.applied[1]
 
     def sign(self, purpose: str, body: dict[str, Any]) -> Envelope:
         return sign_envelope(purpose, body, self.credentials.key)
@@ -447,10 +452,18 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
-def run_until_signalled(daemon: Daemon, gateway: str) -> None:
+def run_until_signalled(daemon: Daemon, gateway: str, telemetry: Telemetry | None = None) -> None:
+    """The session until a signal; `telemetry` pushes beside it, in a task of its own, whether or not
+    a gateway answers (P8: metrics never travel on the session)."""
     daemon.warn_other_specs()
 
     async def main() -> None:
-        await run(daemon, gateway, stop_on_signals())
+        pushing = asyncio.create_task(telemetry.run()) if telemetry else None
+        try:
+            await run(daemon, gateway, stop_on_signals())
+        finally:
+            if pushing:
+                pushing.cancel()
+                await asyncio.gather(pushing, return_exceptions=True)
     asyncio.run(main())
     log.info("stopped")

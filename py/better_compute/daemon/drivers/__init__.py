@@ -11,6 +11,7 @@ when chosen: the nvml driver needs nvidia-ml-py, which a CI machine need not hav
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -22,6 +23,23 @@ DRIVERS = {"nvidia-smi": "nvidia_smi", "nvml": "nvml", "fake": "fake"}
 class InventoryError(RuntimeError):
     """The driver could not read the GPUs (tool missing, timed out, failed, or printed something
     it cannot parse). The daemon reports it as a node condition and tries again later."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One GPU's (or one MIG device's) gauges and counters at one moment, for telemetry (P8): never
+    part of the inventory, never sent to the control plane. None is a value the driver cannot read
+    (NVML refuses utilisation and power of a MIG device: those are the whole GPU's)."""
+
+    gpu_uuid: str
+    mig_uuid: str | None = None
+    utilization_ratio: float | None = None  # 0..1
+    memory_used_bytes: float | None = None
+    temperature_celsius: float | None = None
+    power_watts: float | None = None
+    ecc_corrected: int | None = None  # volatile counts, since the driver loaded
+    ecc_uncorrected: int | None = None
+    xid_errors: int | None = None
 
 
 @runtime_checkable
@@ -41,6 +59,10 @@ class InventoryDriver(Protocol):
     def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         """The CDI container edits every device of the node's spec shares (the driver's device
         nodes, libraries, binaries and hooks: daemon/driverfiles.py) for the driver `inventory` names."""
+        ...
+
+    def sample(self) -> list[Reading]:
+        """The current readings of the node's GPUs and MIG devices (telemetry.py pushes them)."""
         ...
 
     def reboot(self) -> None:

@@ -6,7 +6,8 @@ GPUs, as the control plane requires. The derivation is tests/fleet.py's, so a fa
 are the ones the Python tests register for the same hostname. It never touches the machine: a
 reboot is counted and shows as a new boot id, which is how the control plane sees one end, and the
 driver's files (the CDI spec's shared container edits) are read below a directory of the test's
-making, or are only the inventory's shared device nodes.
+making, or are only the inventory's shared device nodes. Its telemetry readings are deterministic
+(derived from each device's index), and a test can set others.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import Any
 
 from better_compute.daemon.cdi import CommonEdits
 from better_compute.daemon.driverfiles import DriverFiles
+from better_compute.daemon.drivers import Reading
+
+MIB = 1 << 20
 
 
 def derived_uuid(*parts: object) -> uuid.UUID:
@@ -56,6 +60,8 @@ class Driver:
         self._processes = list(processes or [])
         self._files = None if root is None else DriverFiles(root=Path(root), nvidia_ctk=nvidia_ctk)
         self.reboots = 0
+        # (GPU uuid, MIG uuid or None) -> the reading to report instead of the derived one.
+        self.readings: dict[tuple[str, str | None], Reading] = {}
 
     def collect(self) -> dict[str, Any]:
         return copy.deepcopy(self._document)
@@ -70,6 +76,21 @@ class Driver:
         if self._files is None:
             return CommonEdits({"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]})
         return self._files.common_edits(inventory)
+
+    def sample(self) -> list[Reading]:
+        """A reading of every GPU and MIG device of the document: the one set in `readings`, else
+        one derived from the GPU's index (temperature 30 + index °C, power 100 + index W, …)."""
+        found = []
+        for device in self._document["devices"]:
+            index, gpu = device["index"], device["uuid"]
+            found.append(self.readings.get((gpu, None), Reading(
+                gpu_uuid=gpu, utilization_ratio=index / 10, memory_used_bytes=index * MIB,
+                temperature_celsius=30 + index, power_watts=100 + index, ecc_corrected=0,
+                ecc_uncorrected=device["health"]["ecc_uncorrected"], xid_errors=len(device["health"]["xid"]))))
+            found += [self.readings.get((gpu, instance["uuid"]), Reading(
+                gpu_uuid=gpu, mig_uuid=instance["uuid"], memory_used_bytes=instance["gi"] * MIB))
+                for instance in device["mig"]["instances"]]
+        return found
 
     def reboot(self) -> None:
         """Count the reboot and come back with a new boot id, as the rebooted machine would."""

@@ -5,17 +5,19 @@
 `mig -lgipp` their legal placements in memory slices. Where MIG is enabled, `mig -lgi` places each
 GPU instance and `-L` names each MIG device's UUID. Each output has a pure parser below, tested on
 real captures; the driver only runs the commands (through Host.run) and joins what they say.
+Telemetry readings come from one `--query-gpu` CSV (whole GPUs only: it has no MIG rows).
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import re
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from typing import Any
 
-from better_compute.daemon.drivers import InventoryError
+from better_compute.daemon.drivers import InventoryError, Reading
 from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile, Process, inventory_document,
                                                     without_mig_prefix)
 from better_compute.daemon.cdi import CommonEdits
@@ -247,6 +249,45 @@ def mig_instances(gpu: QueriedGpu, placed: dict[tuple[int, int], tuple[str, int]
         raise InventoryError(f"GPU {gpu.index}: MIG device {missing} changed while nvidia-smi was read") from None
 
 
+# --query-gpu field -> (Reading field, factor to its unit).
+SAMPLED = {"utilization.gpu": ("utilization_ratio", 0.01), "memory.used": ("memory_used_bytes", 1 << 20),
+           "temperature.gpu": ("temperature_celsius", 1), "power.draw": ("power_watts", 1),
+           "ecc.errors.corrected.volatile.total": ("ecc_corrected", 1),
+           "ecc.errors.uncorrected.volatile.total": ("ecc_uncorrected", 1)}
+SAMPLE_QUERY = ["--format=csv", f"--query-gpu=uuid,{','.join(SAMPLED)}"]
+
+
+def _measure(cell: str) -> float | None:
+    """'33', '0 %', '77.80 W', '512 MiB' -> the number; N/A, [N/A] or [Not Supported] -> None."""
+    number = cell.strip().split(" ")[0]
+    try:
+        return float(number)
+    except ValueError:
+        return None
+
+
+def parse_sample_csv(text: str) -> list[Reading]:
+    """Readings from `nvidia-smi --format=csv --query-gpu=uuid,…`: columns are found by the header
+    (`memory.used [MiB]`), so any subset of SAMPLED in any order reads. Lines that are not rows of
+    the header's width (a capture's `$ command` and `[exit 0]`) are skipped."""
+    rows = list(csv.reader((line for line in text.splitlines() if line.strip() and not line.startswith("$")),
+                           skipinitialspace=True))
+    if not rows or "uuid" not in (header := [cell.split(" [")[0].strip() for cell in rows[0]]):
+        raise InventoryError("nvidia-smi --query-gpu printed no header with uuid")
+    found = []
+    for row in rows[1:]:
+        if len(row) != len(header):
+            continue
+        cells = dict(zip(header, row))
+        values: dict[str, Any] = {}
+        for column, (field, factor) in SAMPLED.items():
+            measured = _measure(cells.get(column, "N/A"))
+            values[field] = None if measured is None else (
+                int(measured) if field.startswith("ecc") else measured * factor)
+        found.append(Reading(gpu_uuid=cells["uuid"], **values))
+    return found
+
+
 class Driver:
     """Inventory through the nvidia-smi binary (`nvidia_smi`, found on PATH by default)."""
 
@@ -285,6 +326,9 @@ class Driver:
 
     def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         return self._files.common_edits(inventory)
+
+    def sample(self) -> list[Reading]:
+        return parse_sample_csv(self._run(*SAMPLE_QUERY))
 
     def reboot(self) -> None:
         self._host.reboot()

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from better_compute.daemon.drivers import InventoryError
+from better_compute.daemon.drivers import InventoryError, Reading
 from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile, Process, inventory_document,
                                                     without_mig_prefix)
 from better_compute.daemon.cdi import CommonEdits
@@ -41,6 +41,7 @@ MIB = 1 << 20
 NOT_AVAILABLE = 0xFFFFFFFF  # NVML's "no value" for a process's GPU/compute instance outside MIG
 MAX_PLACEMENTS = 32  # room for every placement NVML can list: there are at most 8 memory slices
 NODE_SET_WORDS = 16  # NUMA node masks of 64 bits each: room for 1024 nodes
+MAX_XID_EVENTS = 1024  # read per sample: a GPU storming Xids does not hold the sampler
 
 
 def failed(value: Any) -> bool:
@@ -178,6 +179,80 @@ def _mig_devices(nvml: ModuleType, handle: Any) -> list[dict[str, Any]]:
     return devices
 
 
+def _or_none(nvml: ModuleType, call: Callable[[], Any]) -> Any:
+    """`call()`, or None where NVML refuses it (not supported, e.g. a MIG device's power)."""
+    try:
+        return call()
+    except nvml.NVMLError:
+        return None
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _reading(nvml: ModuleType, handle: Any, gpu_uuid: str, mig_uuid: str | None = None) -> Reading:
+    """What NVML reads of one GPU or MIG device (power in mW, utilisation in %)."""
+    def ecc(kind: int) -> int | None:
+        return _or_none(nvml, lambda: nvml.nvmlDeviceGetTotalEccErrors(handle, kind, nvml.NVML_VOLATILE_ECC))
+    return Reading(
+        gpu_uuid=gpu_uuid, mig_uuid=mig_uuid,
+        utilization_ratio=_scaled(_or_none(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu), 0.01),
+        memory_used_bytes=_or_none(nvml, lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used),
+        temperature_celsius=_or_none(nvml, lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+        power_watts=_scaled(_or_none(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(handle)), 0.001),
+        ecc_corrected=ecc(nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        ecc_uncorrected=ecc(nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED))
+
+
+def readings(nvml: ModuleType) -> list[Reading]:
+    """A reading of every GPU and, where MIG is enabled, of every MIG device (NVML reads a MIG
+    device's memory; its utilisation, temperature and power are the GPU's and read as None)."""
+    found = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        found.append(_reading(nvml, handle, uuid))
+        mig_mode = _or_none(nvml, lambda handle=handle: nvml.nvmlDeviceGetMigMode(handle))
+        if mig_mode is None or mig_mode[0] != 1:
+            continue
+        for at in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            device = _or_none(nvml, lambda handle=handle, at=at: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, at))
+            if device is not None:
+                found.append(_reading(nvml, device, uuid, _text(nvml.nvmlDeviceGetUUID(device))))
+    return found
+
+
+class XidCounter:
+    """Critical Xid events per GPU since the daemon started: an NVML event set registered on every GPU
+    that allows it, drained without waiting at each sample. It keeps NVML initialised while the
+    daemon runs (NVML counts initialisations), or the event set would go with the next shutdown."""
+
+    def __init__(self, nvml: ModuleType) -> None:
+        nvml.nvmlInit()
+        self.events = nvml.nvmlEventSetCreate()
+        self.counts: dict[str, int] = {}  # only the GPUs registered: elsewhere the count is unknown
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self.events)
+            except nvml.NVMLError:  # not supported (some virtual GPUs): no count for that GPU
+                continue
+            self.counts[_text(nvml.nvmlDeviceGetUUID(handle))] = 0
+
+    def drain(self, nvml: ModuleType) -> dict[str, int]:
+        """The counts, after the events that came since the last call (at most MAX_XID_EVENTS)."""
+        for _ in range(MAX_XID_EVENTS):
+            try:
+                event = nvml.nvmlEventSetWait_v2(self.events, 0)
+            except nvml.NVMLError_Timeout:  # none waiting
+                break
+            uuid = _text(nvml.nvmlDeviceGetUUID(event.device))
+            if event.eventType & nvml.nvmlEventTypeXidCriticalError and uuid in self.counts:
+                self.counts[uuid] += 1
+        return dict(self.counts)
+
+
 def running_processes(nvml: ModuleType) -> list[Process]:
     """The compute and graphics processes on every GPU (a process doing both is listed once)."""
     found: dict[tuple[str, int], Process] = {}
@@ -219,6 +294,7 @@ class Driver:
     def __init__(self, host: Host | None = None) -> None:
         self._host = host or Host()
         self._files = DriverFiles(root=self._host.root)
+        self._xids: XidCounter | None = None  # made at the first sample
 
     def collect(self) -> dict[str, Any]:
         with nvml_session() as nvml:
@@ -231,6 +307,14 @@ class Driver:
 
     def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         return self._files.common_edits(inventory)
+
+    def sample(self) -> list[Reading]:
+        with nvml_session() as nvml:
+            if self._xids is None:
+                self._xids = XidCounter(nvml)
+            xids = self._xids.drain(nvml)
+            return [reading if reading.mig_uuid else dataclasses.replace(reading, xid_errors=xids.get(reading.gpu_uuid))
+                    for reading in readings(nvml)]
 
     def reboot(self) -> None:
         self._host.reboot()
