@@ -814,3 +814,15 @@ def test_raising_atoms_per_reservation_changes_what_http_accepts(db_dsn: str, db
         accepted = relay.post("reservations.create", request, ALICE, TENANT)
         # The input is valid now; the pool has 2 GPUs, so placement answers that 65 are not free.
         assert accepted.status_code == 409 and error_of(accepted)["code"] == "CAPACITY_CONFLICT", accepted.text
+
+
+def test_the_relay_answers_the_http_status_the_database_declares(db_dsn: str, db: psycopg.Connection,
+                                                                 iam_file: Path) -> None:
+    """The relay reads the error contract from the database at start-up: a status changed there (and
+    nowhere in Python) is the status HTTP answers."""
+    db.execute("UPDATE compute.error_codes SET http_status = 418 WHERE code = 'ALREADY_EXISTS'")
+    db.commit()
+    with running_relay(db_dsn, static_iam(iam_file)) as relay:
+        relay.data("sites.create", {"name": "taken"}, ALICE, TENANT)
+        again = relay.post("sites.create", {"name": "taken"}, ALICE, TENANT)
+        assert again.status_code == 418 and error_of(again)["code"] == "ALREADY_EXISTS"
