@@ -20,7 +20,8 @@ from psycopg.rows import AsyncRowFactory, RowFactory, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from better_compute.errors import ContractError, adopt_contract, contract_function, from_database
+from better_compute.errors import (CONTRACT_FUNCTION_QUERY, CONTRACT_SCHEMAS, ContractError, adopt_contract,
+                                   contract_function, from_database)
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,9 @@ class Database:
     def open(self) -> None:
         """Open the pool and read the error contract from the database (errors.adopt_contract)."""
         self.pool.open(wait=True)
-        adopt_contract(self.rows(contract_function(self.role)))
+        with self.pool.connection() as conn:
+            function = contract_function(conn.execute(CONTRACT_FUNCTION_QUERY, {"schemas": CONTRACT_SCHEMAS}).fetchone())
+        adopt_contract(self.rows(function))
 
     def close(self) -> None:
         self.pool.close()
@@ -157,7 +160,9 @@ class AsyncDatabase:
         """Wait until min_size connections are made (PoolTimeout after `timeout` seconds), then read
         the error contract from the database (errors.adopt_contract)."""
         await self.pool.open(wait=True, timeout=timeout)
-        adopt_contract(await self.rows(contract_function(self.role)))
+        async with self.pool.connection() as conn:
+            found = await (await conn.execute(CONTRACT_FUNCTION_QUERY, {"schemas": CONTRACT_SCHEMAS})).fetchone()
+        adopt_contract(await self.rows(contract_function(found)))
 
     async def close(self) -> None:
         await self.pool.close()

@@ -31,21 +31,26 @@ POSTGRES_SQLSTATES: dict[str, tuple[str, int]] = {
 }
 # PostgreSQL's own SQLSTATEs above, and the database's contract (compute.error_codes) once read.
 SQLSTATE_TO_CODE: dict[str, tuple[str, int]] = dict(POSTGRES_SQLSTATES)
-# The function that answers the contract, in the schema of each role a process runs as (None: an
-# operator's session, or a superuser's).
-CONTRACT_FUNCTIONS: dict[str | None, str] = {
-    "bc_api": "api.error_contract", "bc_gateway": "node_api.error_contract",
-    "bc_worker": "worker_api.error_contract", None: "ops.error_contract",
-}
+# The function that answers the contract, one in each client schema; a session calls the first it
+# may execute (each client role may execute only its own schema's; an operator, ops'; a superuser, any).
+CONTRACT_SCHEMAS = ["api", "node_api", "worker_api", "ops"]
+CONTRACT_FUNCTION_QUERY = ("SELECT n.nspname || '.error_contract' FROM pg_catalog.pg_proc AS p"
+                           " JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace"
+                           " WHERE p.proname = 'error_contract' AND n.nspname = ANY (%(schemas)s)"
+                           " AND has_schema_privilege(n.oid, 'USAGE') AND has_function_privilege(p.oid, 'EXECUTE')"
+                           " ORDER BY array_position(%(schemas)s, n.nspname::text) LIMIT 1")
 INTERNAL = ("INTERNAL", 500)
 UNAVAILABLE = ("UNAVAILABLE", 503)
 UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 RETRY_AFTER_SECONDS = 2  # what an UNAVAILABLE answer tells the client to wait (HTTP Retry-After)
 
 
-def contract_function(role: str | None) -> str:
-    """The error_contract() function `role` may call."""
-    return CONTRACT_FUNCTIONS.get(role, CONTRACT_FUNCTIONS[None])
+def contract_function(found: tuple[Any, ...] | None) -> str:
+    """The function CONTRACT_FUNCTION_QUERY found, or why the process cannot start."""
+    if found is None:
+        raise RuntimeError("this database role may call no error_contract() function: "
+                           "migrate the database (better-compute db migrate) or log in as a client role")
+    return str(found[0])
 
 
 def adopt_contract(rows: Iterable[Mapping[str, Any]]) -> None:
