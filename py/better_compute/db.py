@@ -98,8 +98,8 @@ class Database:
         """Open the pool and read the error contract from the database (errors.adopt_contract)."""
         self.pool.open(wait=True)
         with self.pool.connection() as conn:
-            function = contract_function(conn.execute(CONTRACT_FUNCTION_QUERY, {"schemas": CONTRACT_SCHEMAS}).fetchone())
-        adopt_contract(self.rows(function))
+            found = conn.execute(CONTRACT_FUNCTION_QUERY, {"schemas": CONTRACT_SCHEMAS}).fetchone()
+        adopt_contract(self.rows(contract_function(found)))
 
     def close(self) -> None:
         self.pool.close()
