@@ -1,6 +1,6 @@
 -- The error contract (DESIGN §13). SQL raises project SQLSTATEs of class BC with a HINT a person can
 -- act on; the relay maps SQLSTATE to a stable code and an HTTP status. This table is the contract's
--- SQL side; py/better_compute/errors.py is the relay's side, and a test keeps the two equal.
+-- one place: every process reads it at start-up through error_contract() (below).
 -- CAPACITY_CONFLICT is also what the relay reports for PostgreSQL's own 23P01 (exclusion
 -- violation) and 40P01 (deadlock) on the booking path.
 SET LOCAL ROLE bc_owner;
@@ -50,3 +50,27 @@ COMMENT ON FUNCTION compute.raise_error(text, text, text, text) IS 'Raise a cont
 CREATE VIEW ops.error_codes AS
     SELECT e.code, e.sqlstate, e.http_status, e.meaning FROM compute.error_codes AS e;
 COMMENT ON VIEW ops.error_codes IS 'The error contract, for operators.';
+
+-- Every process maps SQLSTATEs to codes and statuses from these rows, read when it opens its pool
+-- (py/better_compute/errors.py keeps only PostgreSQL's own SQLSTATEs); each client role reads them
+-- through its own schema, as it reads the clock.
+CREATE FUNCTION api.error_contract()
+RETURNS TABLE (code text, sqlstate text, http_status integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
+AS $$ SELECT e.code, e.sqlstate, e.http_status FROM compute.error_codes AS e ORDER BY e.sqlstate $$;
+COMMENT ON FUNCTION api.error_contract() IS 'The error contract (code, SQLSTATE, HTTP status) as the relay read it when they start.';
+CREATE FUNCTION node_api.error_contract()
+RETURNS TABLE (code text, sqlstate text, http_status integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
+AS $$ SELECT e.code, e.sqlstate, e.http_status FROM compute.error_codes AS e ORDER BY e.sqlstate $$;
+COMMENT ON FUNCTION node_api.error_contract() IS 'The error contract (code, SQLSTATE, HTTP status) as the gateway read it when they start.';
+CREATE FUNCTION worker_api.error_contract()
+RETURNS TABLE (code text, sqlstate text, http_status integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
+AS $$ SELECT e.code, e.sqlstate, e.http_status FROM compute.error_codes AS e ORDER BY e.sqlstate $$;
+COMMENT ON FUNCTION worker_api.error_contract() IS 'The error contract (code, SQLSTATE, HTTP status) as the worker read it when they start.';
+CREATE FUNCTION ops.error_contract()
+RETURNS TABLE (code text, sqlstate text, http_status integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
+AS $$ SELECT e.code, e.sqlstate, e.http_status FROM compute.error_codes AS e ORDER BY e.sqlstate $$;
+COMMENT ON FUNCTION ops.error_contract() IS 'The error contract (code, SQLSTATE, HTTP status) as operators and the CLI read it when they start.';

@@ -16,7 +16,6 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('node_message_bytes',          1048576, 'bytes',   'Largest message on a node session, either way.'),
     ('commands_pending_per_node',        64, 'count',   'Commands queued and not yet finished, per node.'),
     ('deliveries_pending_per_webhook', 10000, 'count',  'Webhook deliveries not yet delivered or dead, per subscription.'),
-    ('daemon_journal_entries',         4096, 'count',   'Executed command ids the node daemon remembers.'),
     ('atoms_per_reservation',            64, 'count',   'Atoms one reservation may book.'),
     ('reservation_window_seconds',  7776000, 'seconds', 'Longest reservation window (90 days).'),
     ('metric_label_values',            1000, 'count',   'Distinct values of one metric label.'),

@@ -16,6 +16,27 @@
 -- that holds the parent's id, checked to be the tenant's before anything else happens.
 SET LOCAL ROLE bc_owner;
 
+-- Shared pieces of the input schemas (one place for each fact): a field of a method's input_schema
+-- written {"$piece": "uuid"} is the piece named uuid; a rule with "x-limit": {"maximum":
+-- "atoms_per_reservation"} takes that keyword's value from compute.limits when it is read. Both are
+-- resolved where a schema is read (compute.schema_resolve: api.catalog(), compute.input_check), so
+-- raising a limit changes what the API accepts.
+CREATE TABLE compute.api_schema_pieces (
+    name        text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]*$'),
+    schema      jsonb NOT NULL CHECK (pg_catalog.jsonb_typeof(schema) = 'object' AND NOT schema ? '$piece'),
+    description text NOT NULL CHECK (length(description) BETWEEN 1 AND 200)
+);
+COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
+
+INSERT INTO compute.api_schema_pieces (name, schema, description) VALUES
+    ('idempotency_key', '{"type":"string","minLength":1,"maxLength":200}', 'The retry key every mutation takes.'),
+    ('uuid',            '{"type":"string","format":"uuid"}', 'An id.'),
+    ('timestamp',       '{"type":"string","format":"date-time"}', 'An ISO 8601 time with a zone.'),
+    ('name',            '{"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"}', 'The name of a site, pool or project.'),
+    ('shape',           '{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?)$"}', 'An atom shape: gpu, slot or a MIG profile.'),
+    ('list_limit',      '{"type":"integer","minimum":1,"x-limit":{"maximum":"api_list_rows"}}', 'The rows a list answers.'),
+    ('reason',          '{"type":"string","minLength":1,"maxLength":1000}', 'Why an operator acts on a node.');
+
 CREATE TABLE api.methods (
     method           text PRIMARY KEY CHECK (method ~ '^[a-z][A-Za-z]*\.[a-z][A-Za-z]*$'),
     action           text NOT NULL UNIQUE CHECK (action ~ '^compute:[a-z][A-Za-z]*:[a-z][A-Za-z]*$'),
@@ -40,14 +61,53 @@ CREATE TABLE api.methods (
 );
 COMMENT ON TABLE api.methods IS 'The API: one row per method (action compute:{group}:{verb}, resource type, read or mutation, its SQL functions, its input JSON Schema).';
 
+CREATE FUNCTION compute.schema_marker_unknown(p_kind text, p_name text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no %s %L', p_kind, p_name),
+        'Schema pieces are the rows of compute.api_schema_pieces; limits, of ops.limits.');
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.schema_marker_unknown(text, text) IS 'NOT_FOUND for a schema marker naming no piece or no limit (fail closed).';
+
+CREATE FUNCTION compute.schema_resolve(p_schema jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- A field written {"$piece": name} becomes that piece; each keyword of a rule's "x-limit"
+    -- ({"maximum": "atoms_per_reservation"}) takes the limit's current value. The x-limit marker
+    -- stays in the answer, so a reader knows which limit a bound follows. A marker naming no piece or
+    -- no limit is NOT_FOUND, never a field without a rule. One statement: input_check runs it on
+    -- every request (plpgsql: its plan is kept for the session).
+    RETURN (WITH fields AS (
+        SELECT f.key, CASE WHEN f.value ? '$piece'
+                           THEN coalesce(p.schema, compute.schema_marker_unknown('schema piece', f.value ->> '$piece'))
+                           ELSE f.value END AS rule
+          FROM pg_catalog.jsonb_each(p_schema -> 'properties') AS f
+          LEFT JOIN compute.api_schema_pieces AS p ON p.name = f.value ->> '$piece')
+    SELECT p_schema || pg_catalog.jsonb_build_object('properties', coalesce(pg_catalog.jsonb_object_agg(d.key, d.rule || coalesce(
+               (SELECT pg_catalog.jsonb_object_agg(b.key, coalesce(pg_catalog.to_jsonb(l.value),
+                                                                   compute.schema_marker_unknown('limit', b.value #>> '{}')))
+                  FROM pg_catalog.jsonb_each(d.rule -> 'x-limit') AS b
+                  LEFT JOIN compute.limits AS l ON l.name = b.value #>> '{}'), '{}')), '{}'))
+      FROM fields AS d);
+END
+$$;
+COMMENT ON FUNCTION compute.schema_resolve(jsonb) IS 'A method''s input_schema as clients see it: schema pieces and limits (x-limit) resolved (idempotent).';
+
 CREATE FUNCTION api.catalog()
 RETURNS TABLE (method text, action text, resource_type text, kind text, summary text, input_schema jsonb)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = ''
 AS $$
-    SELECT m.method, m.action, m.resource_type, m.kind, m.summary, m.input_schema FROM api.methods AS m ORDER BY m.method;
+    SELECT m.method, m.action, m.resource_type, m.kind, m.summary, compute.schema_resolve(m.input_schema)
+      FROM api.methods AS m ORDER BY m.method;
 $$;
-COMMENT ON FUNCTION api.catalog() IS 'The method catalog as the relay and the CLI read it.';
+COMMENT ON FUNCTION api.catalog() IS 'The method catalog as the relay and the CLI read it (schema pieces and limits resolved).';
 
 CREATE FUNCTION api.catalog_links()
 RETURNS TABLE (method text, target text, key text, pointer text)
@@ -160,13 +220,15 @@ COMMENT ON FUNCTION compute.input_value_problem(jsonb, jsonb) IS 'What is wrong 
 
 CREATE FUNCTION compute.input_check(p_schema jsonb, p_input jsonb)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 AS $$
 -- The database's own check of an input against the catalog's input_schema: the relay checks the
 -- same document first with a full JSON Schema validator, ops.call comes here directly, and the
 -- rule lives in one place (the catalog row). An object, no unknown field, every required one, and
--- each field within its rule (compute.input_value_problem). A null field counts as absent.
+-- each field within its rule (compute.input_value_problem). A null field counts as absent. The
+-- schema's pieces and limits are resolved here, once per call (compute.schema_resolve).
 DECLARE
+    v_schema  jsonb := compute.schema_resolve(p_schema);
     v_field   text;
     v_value   jsonb;
     v_problem text;
@@ -174,30 +236,30 @@ BEGIN
     IF p_input IS NULL OR pg_catalog.jsonb_typeof(p_input) <> 'object' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'the input must be a JSON object', 'Send {} when a method takes no fields.');
     END IF;
-    SELECT k INTO v_field FROM pg_catalog.jsonb_object_keys(p_input) AS k WHERE NOT (p_schema -> 'properties') ? k ORDER BY k LIMIT 1;
+    SELECT k INTO v_field FROM pg_catalog.jsonb_object_keys(p_input) AS k WHERE NOT (v_schema -> 'properties') ? k ORDER BY k LIMIT 1;
     IF FOUND THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('unknown field %L', v_field),
             pg_catalog.format('The fields are: %s.', (SELECT pg_catalog.string_agg(k, ', ' ORDER BY k)
-                                                          FROM pg_catalog.jsonb_object_keys(p_schema -> 'properties') AS k)));
+                                                          FROM pg_catalog.jsonb_object_keys(v_schema -> 'properties') AS k)));
     END IF;
     -- A secret the catalog marks x-sealed-as never reaches the database in plain text (P14): the
     -- relay seals it into that field; here it is refused before anything is written.
     SELECT k INTO v_field FROM pg_catalog.jsonb_each(p_input) AS e(k, v)
-     WHERE e.v <> 'null' AND p_schema #> ARRAY['properties', e.k] ? 'x-sealed-as' ORDER BY k LIMIT 1;
+     WHERE e.v <> 'null' AND v_schema #> ARRAY['properties', e.k] ? 'x-sealed-as' ORDER BY k LIMIT 1;
     IF FOUND THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s reaches the database only sealed', v_field),
             pg_catalog.format('Send it through the HTTP relay, which seals it into %s with the worker''s key; at psql pass %s, '
                               'sealed to the key in ops.sealing_keys (docs/worker.md).',
-                              p_schema #>> ARRAY['properties', v_field, 'x-sealed-as'], p_schema #>> ARRAY['properties', v_field, 'x-sealed-as']));
+                              v_schema #>> ARRAY['properties', v_field, 'x-sealed-as'], v_schema #>> ARRAY['properties', v_field, 'x-sealed-as']));
     END IF;
-    SELECT r INTO v_field FROM pg_catalog.jsonb_array_elements_text(coalesce(p_schema -> 'required', '[]')) AS r
+    SELECT r INTO v_field FROM pg_catalog.jsonb_array_elements_text(coalesce(v_schema -> 'required', '[]')) AS r
      WHERE coalesce(p_input -> r, 'null') = 'null' ORDER BY r LIMIT 1;
     IF FOUND THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is required', v_field),
             pg_catalog.format('Pass %s.', v_field));
     END IF;
     FOR v_field, v_value IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(p_input) AS e WHERE e.value <> 'null' ORDER BY e.key LOOP
-        v_problem := compute.input_value_problem(p_schema #> ARRAY['properties', v_field], v_value);
+        v_problem := compute.input_value_problem(v_schema #> ARRAY['properties', v_field], v_value);
         IF v_problem IS NOT NULL THEN
             PERFORM compute.raise_error('INVALID_ARGUMENT', v_field || ' ' || v_problem,
                 'The method''s input_schema says what each field takes: SELECT input_schema FROM api.catalog() (or the OpenAPI document).');

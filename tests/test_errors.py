@@ -1,4 +1,5 @@
-"""The error contract: SQL raises it, the relay's table maps it, both sides agree."""
+"""The error contract: SQL raises it and declares it (compute.error_codes); every process reads it from
+there when it opens its pool, and Python keeps only PostgreSQL's own SQLSTATEs."""
 
 from __future__ import annotations
 
@@ -8,15 +9,36 @@ import psycopg
 import pytest
 from psycopg_pool import PoolTimeout
 
+from psycopg.rows import dict_row
+
 from better_compute.db import Database
-from better_compute.errors import SQLSTATE_TO_CODE, ContractError, from_database
+from better_compute.errors import (POSTGRES_SQLSTATES, SQLSTATE_TO_CODE, ContractError, adopt_contract,
+                                   from_database)
 
 
-def test_relay_table_matches_the_database_contract(db: psycopg.Connection) -> None:
-    in_database = {sqlstate: (code, status) for code, sqlstate, status in
-                   db.execute("SELECT code, sqlstate, http_status FROM compute.error_codes").fetchall()}
-    project_codes = {state: mapped for state, mapped in SQLSTATE_TO_CODE.items() if state.startswith("BC")}
-    assert project_codes == in_database
+def read_contract(conn: psycopg.Connection) -> None:
+    """What a process does when it opens its pool, for a test's own connection."""
+    with conn.cursor(row_factory=dict_row) as cursor:
+        adopt_contract(cursor.execute("SELECT * FROM ops.error_contract()").fetchall())
+
+
+def test_python_writes_only_postgresqls_own_sqlstates() -> None:
+    assert not any(sqlstate.startswith("BC") for sqlstate in POSTGRES_SQLSTATES)
+
+
+def test_a_code_the_database_declares_is_mapped_with_nothing_in_python(db: psycopg.Connection, db_dsn: str) -> None:
+    """A pool reads the contract when it opens: a code only the database knows maps to its status."""
+    db.execute("INSERT INTO compute.error_codes VALUES ('TEAPOT', 'BC418', 418, 'A test code.')")
+    db.commit()
+    try:
+        with Database(db_dsn, max_size=1) as database, pytest.raises(ContractError) as raised:
+            database.call("compute.raise_error", "TEAPOT", "short and stout", "tip me over")
+        assert (raised.value.code, raised.value.http_status, raised.value.hint) == ("TEAPOT", 418, "tip me over")
+        in_database = {sqlstate: (code, status) for code, sqlstate, status in
+                       db.execute("SELECT code, sqlstate, http_status FROM compute.error_codes").fetchall()}
+        assert {state: mapped for state, mapped in SQLSTATE_TO_CODE.items() if state.startswith("BC")} == in_database
+    finally:
+        SQLSTATE_TO_CODE.pop("BC418", None)  # the table is the process's: leave it as the other tests expect
 
 
 @pytest.mark.parametrize("code, status", [
@@ -25,6 +47,7 @@ def test_relay_table_matches_the_database_contract(db: psycopg.Connection) -> No
     ("UNSUPPORTED", 501),
 ])
 def test_each_contract_code_maps_to_code_hint_and_status(db: psycopg.Connection, code: str, status: int) -> None:
+    read_contract(db)
     with pytest.raises(psycopg.Error) as raised:
         db.execute("SELECT compute.raise_error(%s, 'it went wrong', 'try this')", (code,))
     mapped = from_database(raised.value)

@@ -783,3 +783,46 @@ def test_schemathesis_finds_no_server_error_and_answers_match_the_document(relay
         capture_output=True, text=True, timeout=240 * max(1, int(FUZZ_EXAMPLES) // 10), cwd=tmp_path)  # its .schemathesis/ cache stays out of the repo
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:] + relay.tail()
     assert "Traceback" not in relay.log(), relay.tail()
+
+
+def test_raising_atoms_per_reservation_changes_what_http_accepts(db_dsn: str, db: psycopg.Connection,
+                                                                 iam_file: Path) -> None:
+    """The bound of `count` is compute.limits' atoms_per_reservation, read where the catalog is read:
+    the relay's pre-check, the OpenAPI document and the database's own check all follow the limit (the
+    relay reads the catalog at start-up, so it is restarted to see a raised one)."""
+    def count_bound(relay: Relay) -> int:
+        document = relay.client().get("/api/compute/openapi.json").json()
+        body = document["paths"]["/api/compute/reservations/create"]["post"]["requestBody"]["content"]
+        schema = body["application/json"]["schema"]
+        return int(schema["properties"]["count"]["maximum"])
+
+    with running_relay(db_dsn, static_iam(iam_file)) as relay:
+        _, pool = site_and_pool_offering_gpus(relay, db, "limits", gpus=2)
+        end = (db.execute("SELECT compute.compute_now()").fetchone()[0] + timedelta(hours=1)).isoformat()
+        request = {"pool_id": pool["pool_id"], "shape": "gpu", "count": 65, "end": end}
+        refused = relay.post("reservations.create", request, ALICE, TENANT)
+        assert refused.status_code == 400 and error_of(refused)["code"] == "INVALID_ARGUMENT"
+        assert "$.count" in error_of(refused)["message"] and "64" in error_of(refused)["message"]
+        assert count_bound(relay) == 64
+
+    db.execute("UPDATE compute.limits SET value = 100 WHERE name = 'atoms_per_reservation'")
+    db.commit()
+    with running_relay(db_dsn, static_iam(iam_file)) as relay:
+        assert count_bound(relay) == 100
+        relay.data("offerings.create", {"pool_id": pool["pool_id"], "shape": "gpu", "max_count": 100,
+                                        "max_duration_seconds": 86400}, ALICE, TENANT)
+        accepted = relay.post("reservations.create", request, ALICE, TENANT)
+        # The input is valid now; the pool has 2 GPUs, so placement answers that 65 are not free.
+        assert accepted.status_code == 409 and error_of(accepted)["code"] == "CAPACITY_CONFLICT", accepted.text
+
+
+def test_the_relay_answers_the_http_status_the_database_declares(db_dsn: str, db: psycopg.Connection,
+                                                                 iam_file: Path) -> None:
+    """The relay reads the error contract from the database at start-up: a status changed there (and
+    nowhere in Python) is the status HTTP answers."""
+    db.execute("UPDATE compute.error_codes SET http_status = 418 WHERE code = 'ALREADY_EXISTS'")
+    db.commit()
+    with running_relay(db_dsn, static_iam(iam_file)) as relay:
+        relay.data("sites.create", {"name": "taken"}, ALICE, TENANT)
+        again = relay.post("sites.create", {"name": "taken"}, ALICE, TENANT)
+        assert again.status_code == 418 and error_of(again)["code"] == "ALREADY_EXISTS"

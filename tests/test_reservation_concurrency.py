@@ -33,6 +33,7 @@ from psycopg.types.json import Jsonb
 from better_compute.errors import from_database
 from fleet import MIG_2X_3G, SHAPES, TIMESLICE_4, WHOLE, device_id, make_pool
 from table_checks import OVERLAPPING_LIVE_BOOKINGS, rows_read_without_indexes
+from test_errors import read_contract
 
 PINNED = datetime(2030, 1, 30, tzinfo=timezone.utc)  # windows reach into February: quotas count two months
 LAYOUT_CHANGE_AT = PINNED + timedelta(hours=36)       # node 1's whole GPU 0 becomes two MIG instances
@@ -319,6 +320,7 @@ def describe(violations: dict[str, list[tuple[Any, ...]]]) -> str:
 
 
 def test_concurrent_reservations_keep_exclusivity_validity_and_quotas(db: psycopg.Connection, db_dsn: str) -> None:
+    read_contract(db)  # as a process does when it opens its pool: the sessions map their errors with it
     pool_id = build_contended_pool(db)
     reservations = Reservations()
     sessions = [Session(db_dsn, pool_id, reservations, number) for number in range(THREADS)]

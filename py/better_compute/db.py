@@ -20,7 +20,8 @@ from psycopg.rows import AsyncRowFactory, RowFactory, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from better_compute.errors import ContractError, from_database
+from better_compute.errors import (CONTRACT_FUNCTION_QUERY, CONTRACT_SCHEMAS, ContractError, adopt_contract,
+                                   contract_function, from_database)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,11 @@ class Database:
         return conn
 
     def open(self) -> None:
+        """Open the pool and read the error contract from the database (errors.adopt_contract)."""
         self.pool.open(wait=True)
+        with self.pool.connection() as conn:
+            found = conn.execute(CONTRACT_FUNCTION_QUERY, {"schemas": CONTRACT_SCHEMAS}).fetchone()
+        adopt_contract(self.rows(contract_function(found)))
 
     def close(self) -> None:
         self.pool.close()
@@ -152,8 +157,12 @@ class AsyncDatabase:
         return conn
 
     async def open(self, timeout: float = 30.0) -> None:
-        """Wait until min_size connections are made; PoolTimeout after `timeout` seconds."""
+        """Wait until min_size connections are made (PoolTimeout after `timeout` seconds), then read
+        the error contract from the database (errors.adopt_contract)."""
         await self.pool.open(wait=True, timeout=timeout)
+        async with self.pool.connection() as conn:
+            found = await (await conn.execute(CONTRACT_FUNCTION_QUERY, {"schemas": CONTRACT_SCHEMAS})).fetchone()
+        adopt_contract(await self.rows(contract_function(found)))
 
     async def close(self) -> None:
         await self.pool.close()

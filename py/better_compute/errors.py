@@ -1,8 +1,11 @@
-"""The error contract's relay side (DESIGN §13): SQLSTATE -> stable code and HTTP status.
+"""The error contract's Python side (DESIGN §13): SQLSTATE -> stable code and HTTP status.
 
-SQL raises contract codes through compute.raise_error (table compute.error_codes); this table is the
-one place Python maps them, and tests/test_errors.py keeps the two equal. Python never branches on
-message text. An SQLSTATE not listed here is INTERNAL (500) and is logged with its SQLSTATE.
+SQL raises contract codes through compute.raise_error; their SQLSTATEs, codes and HTTP statuses are
+the rows of compute.error_codes, the one place they are written. A process reads them when it opens
+its database pool (`Database.open`, `AsyncDatabase.open`: the error_contract() function of its
+role's schema) into SQLSTATE_TO_CODE, which holds beforehand only PostgreSQL's own SQLSTATEs that
+the contract names. Python never branches on message text. An SQLSTATE not in the table is INTERNAL
+(500) and is logged with its SQLSTATE.
 
 A database out of reach is UNAVAILABLE (503, with Retry-After over HTTP), not INTERNAL: a lost
 connection (psycopg's OperationalError without an SQLSTATE: refused, reset, closed), the pool's
@@ -14,6 +17,7 @@ connection slots (53300). The request may be sent again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,24 +25,42 @@ import psycopg
 
 log = logging.getLogger(__name__)
 
-SQLSTATE_TO_CODE: dict[str, tuple[str, int]] = {
-    "BC400": ("INVALID_ARGUMENT", 400),
-    "BC403": ("ACCESS_DENIED", 403),
-    "BC404": ("NOT_FOUND", 404),
-    "BC409": ("CAPACITY_CONFLICT", 409),
+POSTGRES_SQLSTATES: dict[str, tuple[str, int]] = {
     "23P01": ("CAPACITY_CONFLICT", 409),  # exclusion_violation: two bookings of one slice and instant
     "40P01": ("CAPACITY_CONFLICT", 409),  # deadlock_detected on the booking path
-    "BC412": ("GENERATION_CONFLICT", 409),
-    "BC419": ("ALREADY_EXISTS", 409),
-    "BC422": ("IDEMPOTENCY_MISMATCH", 422),
-    "BC429": ("QUOTA_EXCEEDED", 429),
-    "BC410": ("FENCED", 409),
-    "BC501": ("UNSUPPORTED", 501),
 }
+# PostgreSQL's own SQLSTATEs above, and the database's contract (compute.error_codes) once read.
+SQLSTATE_TO_CODE: dict[str, tuple[str, int]] = dict(POSTGRES_SQLSTATES)
+# The function that answers the contract, one in each client schema; a session calls the first it
+# may execute (each client role may execute only its own schema's; an operator, ops'; a superuser, any).
+CONTRACT_SCHEMAS = ["api", "node_api", "worker_api", "ops"]
+CONTRACT_FUNCTION_QUERY = ("SELECT n.nspname || '.error_contract' FROM pg_catalog.pg_proc AS p"
+                           " JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace"
+                           " WHERE p.proname = 'error_contract' AND n.nspname = ANY (%(schemas)s)"
+                           " AND has_schema_privilege(n.oid, 'USAGE') AND has_function_privilege(p.oid, 'EXECUTE')"
+                           " ORDER BY array_position(%(schemas)s, n.nspname::text) LIMIT 1")
 INTERNAL = ("INTERNAL", 500)
 UNAVAILABLE = ("UNAVAILABLE", 503)
 UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 RETRY_AFTER_SECONDS = 2  # what an UNAVAILABLE answer tells the client to wait (HTTP Retry-After)
+
+
+def contract_function(found: tuple[Any, ...] | None) -> str:
+    """The function CONTRACT_FUNCTION_QUERY found, or why the process cannot start."""
+    if found is None:
+        raise RuntimeError("this database role may call no error_contract() function: "
+                           "migrate the database (better-compute db migrate) or log in as a client role")
+    return str(found[0])
+
+
+def adopt_contract(rows: Iterable[Mapping[str, Any]]) -> None:
+    """Take the database's contract (rows of error_contract(): code, sqlstate, http_status)."""
+    SQLSTATE_TO_CODE.update({row["sqlstate"]: (row["code"], row["http_status"]) for row in rows})
+
+
+def code_statuses() -> dict[str, int]:
+    """Every code the contract knows, with its HTTP status (INTERNAL and UNAVAILABLE included)."""
+    return {code: status for code, status in SQLSTATE_TO_CODE.values()} | dict([INTERNAL, UNAVAILABLE])
 
 
 @dataclass(frozen=True)

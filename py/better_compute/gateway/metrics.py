@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
-from better_compute.errors import INTERNAL, SQLSTATE_TO_CODE, UNAVAILABLE
+from better_compute.errors import code_statuses
 from better_compute.nodeproto import TYPES
 
 UNKNOWN = "unknown"
 OTHER = "other"
-CODES = frozenset(code for code, _status in SQLSTATE_TO_CODE.values()) | {INTERNAL[0], UNAVAILABLE[0]}
 
 
 class GatewayMetrics:
@@ -40,7 +39,7 @@ class GatewayMetrics:
         self.messages.labels(direction, kind if kind in TYPES else UNKNOWN).inc()
 
     def error(self, code: str) -> None:
-        self.errors.labels(code if code in CODES else OTHER).inc()
+        self.errors.labels(code if code in code_statuses() else OTHER).inc()
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

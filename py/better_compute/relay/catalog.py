@@ -3,6 +3,8 @@
 
 Each method's input schema is compiled once so a request is checked before it costs a database
 round trip or an IAM decision; the database checks the input again (ops.call bypasses the relay).
+The schemas come resolved (shared pieces, bounds read from compute.limits): a raised limit reaches
+this pre-check when the relay restarts (docs/api.md, One place for each schema fact).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The two answers of every endpoint: `{"data": …}` and `{"error": {"code", "message", "hint"}}`.
 
-Statuses come from the error contract (DESIGN §13, errors.SQLSTATE_TO_CODE); the relay adds only
+Statuses come from the error contract (DESIGN §13: compute.error_codes, read at start-up); the relay adds only
 what the contract leaves to HTTP: 413 for a body over the bound (still INVALID_ARGUMENT), 405,
 UNAUTHENTICATED (401, with WWW-Authenticate) for a call without a credential, and UNAVAILABLE
 (503, with Retry-After) when the database is unreachable or the relay is at its stream bound.
@@ -14,11 +14,10 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from better_compute.errors import INTERNAL, RETRY_AFTER_SECONDS, SQLSTATE_TO_CODE, UNAVAILABLE, ContractError
+from better_compute.errors import INTERNAL, RETRY_AFTER_SECONDS, UNAVAILABLE, ContractError, code_statuses
 
 log = logging.getLogger(__name__)
 
-CODE_STATUS: dict[str, int] = {code: status for code, status in SQLSTATE_TO_CODE.values()} | {INTERNAL[0]: INTERNAL[1]}
 UNAUTHENTICATED = ("UNAUTHENTICATED", 401)
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="better-compute"'}  # what a 401 must name (RFC 9110)
 RETRY_LATER = {"Retry-After": str(RETRY_AFTER_SECONDS)}  # every 503: the database, the stream bound, stopping
@@ -26,7 +25,7 @@ RETRY_LATER = {"Retry-After": str(RETRY_AFTER_SECONDS)}  # every 503: the databa
 
 def error(code: str, message: str, hint: str | None = None, status: int | None = None) -> ContractError:
     """A contract error made by the relay itself (not by SQL)."""
-    return ContractError(code, message, hint, status or CODE_STATUS[code])
+    return ContractError(code, message, hint, status or code_statuses()[code])
 
 
 def invalid_argument(message: str, hint: str | None = None, status: int = 400) -> ContractError:
@@ -45,7 +44,7 @@ def from_envelope(document: Mapping[str, Any]) -> ContractError:
     """The `{"error": …}` answer of a function that must commit (api.admit's deny); a code outside the
     contract is INTERNAL, logged, so a typo in SQL never reaches clients as a new code."""
     code = document.get("code")
-    if code not in CODE_STATUS:
+    if code not in code_statuses() or code == UNAVAILABLE[0]:
         log.error("unknown error code in a database answer: %r", code)
         return error(INTERNAL[0], "internal error (unknown error code)")
     return error(code, str(document.get("message") or code), document.get("hint"))
