@@ -59,7 +59,7 @@ def sequential_scans(plan: str) -> list[str]:
 
 
 def test_after_growth_the_candidate_scan_uses_index_scans(db: psycopg.Connection, db_dsn: str, wdb: Database) -> None:
-    pool_id = str(make_pool(db, [[WHOLE] * 6] * 100, shapes=("gpu",)))   # 600 GPUs
+    pool_id = str(make_pool(db, [[WHOLE] * 6] * 200, shapes=("gpu",)))   # 1,200 GPUs
     for number in range(TENANTS):
         db.execute("SELECT compute.quota_set(%s, NULL, %s, 100000, 100000000)", (tenant(number), pool_id))
     db.execute("SELECT pg_stat_force_next_flush()")   # its counts reach pg_stat_all_tables when this commits
@@ -67,7 +67,7 @@ def test_after_growth_the_candidate_scan_uses_index_scans(db: psycopg.Connection
     rng = random.Random(19)
     with psycopg.connect(db_dsn, autocommit=True) as long_lived:
         admit(long_lived, pool_id, rng, 30)                                # plans made for an empty table
-        grown = add_history(db_dsn, [pool_id], per_atom=50, first_slot=0, tenants=TENANTS)
+        grown = add_history(db_dsn, [pool_id], per_atom=25, first_slot=0, tenants=TENANTS)
         admit(long_lived, pool_id, rng, 10)                                # ... and still used after the growth
         print(db.execute("SELECT relname, n_mod_since_analyze, last_analyze, last_autoanalyze FROM pg_stat_all_tables WHERE schemaname='compute' AND n_mod_since_analyze > 50").fetchall()); db.commit()  # XXX
         analysed = wdb.call("worker_api.tables_analyze")                   # the worker's periodic step
