@@ -5,11 +5,11 @@ BEGIN;
 SELECT 'worker_api.tables_analyze()'::regprocedure;
 SELECT 1/count(*) FROM compute.work_periodic WHERE kind = 'tables.analyze';
 SELECT 1/count(*) FROM compute.limits WHERE name = 'analyze_changed_rows';
--- A table never analysed that gained analyze_changed_rows rows is analysed (and then not again).
-CREATE TABLE compute.verify_growth (n integer);
-INSERT INTO compute.verify_growth SELECT generate_series(1, 200);
-SELECT pg_catalog.pg_stat_force_next_flush();
-SELECT 1/(compute.tables_analyze() >= 1)::integer;
-SELECT 1/(reltuples = 200)::integer FROM pg_catalog.pg_class WHERE oid = 'compute.verify_growth'::regclass;
+SELECT 1/count(*) FROM pg_catalog.pg_statistic_ext WHERE stxname = 'atoms_validity' AND stxrelid = 'compute.atoms'::regclass;
+SELECT 1/count(*) FROM pg_catalog.pg_proc
+ WHERE oid = 'compute.place_candidates(uuid, text, tstzrange, boolean, uuid[], bigint)'::regprocedure
+   AND 'plan_cache_mode=force_custom_plan' = ANY (proconfig);
+-- It runs (what it analyses depends on counts a transaction cannot see change: tests/test_plans_follow_growth.py).
+SELECT 1/(compute.tables_analyze() >= 0)::integer;
 
 ROLLBACK;
