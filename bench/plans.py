@@ -3,18 +3,22 @@ growing fleet".
 
 A new deployment starts with empty tables, and the relay, gateway and worker keep pooled
 connections for hours. In one throwaway cluster with autovacuum off (so that nothing but what is
-measured analyses a table), build a 1,200-GPU fleet; then, on CLIENTS long-lived connections opened
-while bookings is empty:
-  - warm up: WARM_UP admissions each, so that PL/pgSQL caches its plans on empty tables;
-  - four quarters, each: add GROWTH_PER_QUARTER bookings (history rows, straight into the tables),
-    run the worker's periodic step (worker_api.tables_analyze, what `tables.analyze` does every
-    30 s), then ADMISSIONS_PER_QUARTER admissions per connection (reserve, then activate);
-  - then, on the same data, ANALYZE and new connections ("fresh statistics"), the same admissions.
-Each admission's cost is the server CPU time of its backend (utime + stime from /proc/<pid>/stat),
-not wall time: the machine is shared. The same run is made on a copy of the empty fleet as the schema
-stood before this change (no statistics on atoms' validity, generic plans for the candidate scan,
-no worker step): the state the issue measured.
-Target: CPU per admission in the last quarter <= TARGET_RATIO x with fresh statistics.
+measured analyses a table), a 1,200-GPU fleet is built once and copied into three databases that then
+grow in lock-step, by GROWTH_PER_QUARTER bookings per atom (history rows straight into the tables,
+about 25,000) before each of four quarters, to about 100,000 bookings:
+  - growing:  CLIENTS connections opened on the empty tables and kept to the end (WARM_UP admissions
+              each first, so that PL/pgSQL caches its plans on empty tables); after each growth the
+              worker's periodic step runs (worker_api.tables_analyze, what `tables.analyze` does
+              every 30 s);
+  - fresh:    the same data with fresh statistics: ANALYZE and new connections (warmed up) in every
+              quarter;
+  - before:   like growing, on the schema as it stood before this change (no statistics on atoms'
+              validity, generic plans for the candidate scan) and without the worker step: the state
+              the issue measured.
+In each quarter the three take turns, ROUNDS times ADMISSIONS_PER_TURN admissions (reserve, then
+activate) per connection, so that load from elsewhere on the machine hits them alike. Cost is the
+server CPU time of the backends (utime + stime from /proc/<pid>/stat), not wall time.
+Target: CPU per admission of growing / fresh in the last quarter <= TARGET_RATIO.
 Writes the "plans" section of .bc/bench.json.
 """
 
@@ -24,7 +28,7 @@ import json
 import os
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -39,13 +43,12 @@ from common import ROOT, machine, machine_line, phase, throwaway_cluster, write_
 sys.path.insert(0, str(ROOT / "tests"))
 from booking_history import add_history  # noqa: E402  (test support: bookings in bulk)
 
-DBNAME = "bc_bench_plans"
-EMPTY_DBNAME = "bc_bench_plans_empty"     # the fleet with no bookings, template of both runs
-BEFORE_DBNAME = "bc_bench_plans_before"
+EMPTY_DBNAME = "bc_bench_plans_empty"     # the fleet with no bookings, template of the three
+RUNS = ("growing", "fresh", "before")
 POOLS = (("pack", 75), ("spread", 75))    # x 8 H200 = 1,200 GPUs
 CLIENTS = 2
 WARM_UP = 20
-ADMISSIONS_PER_QUARTER = 150
+ROUNDS, ADMISSIONS_PER_TURN = 5, 30       # per quarter and connection: 150 admissions
 GROWTH_PER_QUARTER = 14                   # bookings per atom: x 1,800 atoms = 25,200 per quarter
 QUARTERS = 4
 TARGET_RATIO = 1.2
@@ -57,7 +60,7 @@ BEFORE_THIS_CHANGE = ("DROP STATISTICS compute.atoms_validity",
 
 @dataclass
 class Backend:
-    """One long-lived client connection and its server process."""
+    """One client connection and its server process."""
 
     conn: psycopg.Connection
     pid: int
@@ -80,64 +83,59 @@ class Backend:
         return admitted
 
 
-def connect(dsn: str, pools: list[str], rng: random.Random) -> list[Backend]:
-    backends = []
-    for i in range(CLIENTS):
-        conn = psycopg.connect(dsn, autocommit=True)
-        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        backends.append(Backend(conn, pid, RequestMaker(pools, i * TENANTS_PER_CLIENT, random.Random(rng.random()))))
-    return backends
+@dataclass
+class Run:
+    """One of the three databases, its connections, and its CPU and admissions in the current quarter."""
 
+    name: str
+    dsn: str
+    backends: list[Backend] = field(default_factory=list)
+    cpu_seconds: float = 0.0
+    admitted: int = 0
 
-def measured(backends: list[Backend], count: int) -> dict[str, float]:
-    """`count` admissions on each backend, one backend after the other; server CPU ms per admission."""
-    before = sum(b.cpu_seconds() for b in backends)
-    admitted = sum(b.admit(count) for b in backends)
-    cpu = sum(b.cpu_seconds() for b in backends) - before
-    return {"admitted": admitted, "cpu_ms_per_admission": round(cpu * 1000 / max(admitted, 1), 3)}
+    def connect(self, pools: list[str], rng: random.Random) -> None:
+        """New connections (closing any), each warmed up."""
+        self.close()
+        for i in range(CLIENTS):
+            conn = psycopg.connect(self.dsn, autocommit=True)
+            pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            self.backends.append(Backend(conn, pid, RequestMaker(pools, i * TENANTS_PER_CLIENT, random.Random(rng.random()))))
+        for backend in self.backends:
+            backend.admit(WARM_UP)
 
+    def close(self) -> None:
+        for backend in self.backends:
+            backend.conn.close()
+        self.backends = []
 
-def bookings(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT count(*) FROM compute.bookings").fetchone()[0]
+    def turn(self) -> None:
+        """ADMISSIONS_PER_TURN admissions on each connection, counted."""
+        before = sum(b.cpu_seconds() for b in self.backends)
+        self.admitted += sum(b.admit(ADMISSIONS_PER_TURN) for b in self.backends)
+        self.cpu_seconds += sum(b.cpu_seconds() for b in self.backends) - before
 
+    def grow(self, pools: list[str], quarter: int, rng: random.Random) -> int:
+        """The quarter's bookings, then what this run does about statistics; returns tables analysed."""
+        add_history(self.dsn, pools, GROWTH_PER_QUARTER, quarter * GROWTH_PER_QUARTER, TENANTS)
+        self.cpu_seconds, self.admitted = 0.0, 0
+        if self.name == "before":
+            return 0
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            if self.name == "growing":
+                return conn.execute("SELECT worker_api.tables_analyze()").fetchone()[0]
+            conn.execute("ANALYZE")
+        self.connect(pools, rng)
+        return -1
 
-def growing_run(dsn: str, pools: list[str], rng: random.Random, worker_step: bool) -> list[dict[str, Any]]:
-    """Long-lived connections from empty tables through four quarters of growth."""
-    backends = connect(dsn, pools, rng)
-    for backend in backends:
-        backend.admit(WARM_UP)
-    quarters = []
-    for quarter in range(QUARTERS):
-        add_history(dsn, pools, GROWTH_PER_QUARTER, quarter * GROWTH_PER_QUARTER, TENANTS)
-        analysed = 0
-        if worker_step:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                analysed = conn.execute("SELECT worker_api.tables_analyze()").fetchone()[0]
-        quarters.append({"quarter": quarter + 1, "bookings": bookings(dsn), "tables_analysed": analysed,
-                         **measured(backends, ADMISSIONS_PER_QUARTER)})
-        print(f"   quarter {quarter + 1}: {quarters[-1]}", flush=True)
-    for backend in backends:
-        backend.conn.close()
-    return quarters
-
-
-def fresh_run(dsn: str, pools: list[str], rng: random.Random) -> dict[str, Any]:
-    """The same data, analysed, on new connections."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ANALYZE")
-    backends = connect(dsn, pools, rng)
-    for backend in backends:
-        backend.admit(WARM_UP)
-    result = {"bookings": bookings(dsn), **measured(backends, ADMISSIONS_PER_QUARTER)}
-    for backend in backends:
-        backend.conn.close()
-    print(f"   fresh statistics: {result}", flush=True)
-    return result
+    def quarter(self) -> dict[str, Any]:
+        with psycopg.connect(self.dsn) as conn:
+            count = conn.execute("SELECT count(*) FROM compute.bookings").fetchone()[0]
+        return {"bookings": count, "admitted": self.admitted,
+                "cpu_ms_per_admission": round(self.cpu_seconds * 1000 / max(self.admitted, 1), 3)}
 
 
 def build(cluster: embedded.Cluster) -> list[str]:
-    """The empty fleet in EMPTY_DBNAME (no ANALYZE), with quotas; then autovacuum off."""
+    """The empty fleet (no ANALYZE) with quotas, copied for each run; autovacuum off."""
     dsn = cluster.conninfo(EMPTY_DBNAME)
     cluster.ensure_database(EMPTY_DBNAME)
     migrate.migrate(dsn)
@@ -152,17 +150,12 @@ def build(cluster: embedded.Cluster) -> list[str]:
     with psycopg.connect(cluster.conninfo("postgres"), autocommit=True) as conn:
         conn.execute("SELECT pg_catalog.pg_terminate_backend(pid, 5000) FROM pg_catalog.pg_stat_activity WHERE datname = %s",
                      (EMPTY_DBNAME,))
-        for copy in (DBNAME, BEFORE_DBNAME):
-            conn.execute(f"CREATE DATABASE {copy} TEMPLATE {EMPTY_DBNAME}")
-    with psycopg.connect(cluster.conninfo(BEFORE_DBNAME), autocommit=True) as conn:
+        for name in RUNS:
+            conn.execute(f"CREATE DATABASE bc_bench_plans_{name} TEMPLATE {EMPTY_DBNAME}")
+    with psycopg.connect(cluster.conninfo("bc_bench_plans_before"), autocommit=True) as conn:
         for statement in BEFORE_THIS_CHANGE:
             conn.execute(statement)
     return pools
-
-
-def summary(quarters: list[dict[str, Any]], fresh: dict[str, Any]) -> dict[str, Any]:
-    return {"quarters": quarters, "fresh_statistics": fresh,
-            "last_quarter_to_fresh": round(quarters[-1]["cpu_ms_per_admission"] / fresh["cpu_ms_per_admission"], 3)}
 
 
 def benchmark(cluster: embedded.Cluster) -> dict[str, Any]:
@@ -171,38 +164,51 @@ def benchmark(cluster: embedded.Cluster) -> dict[str, Any]:
     rng = random.Random(20261201)
     with phase(timings, "build the empty fleet"):
         pools = build(cluster)
-    with phase(timings, "growing run, before this change"):
-        before_quarters = growing_run(cluster.conninfo(BEFORE_DBNAME), pools, rng, worker_step=False)
-    with phase(timings, "fresh statistics, before this change"):
-        before_fresh = fresh_run(cluster.conninfo(BEFORE_DBNAME), pools, rng)
-    with phase(timings, "growing run"):
-        quarters = growing_run(cluster.conninfo(DBNAME), pools, rng, worker_step=True)
-    with phase(timings, "fresh statistics"):
-        fresh = fresh_run(cluster.conninfo(DBNAME), pools, rng)
-    now = summary(quarters, fresh)
+    runs = [Run(name, cluster.conninfo(f"bc_bench_plans_{name}")) for name in RUNS]
+    quarters: dict[str, list[dict[str, Any]]] = {name: [] for name in RUNS}
+    with phase(timings, "four quarters of growth"):
+        for run in runs:
+            run.connect(pools, rng)              # on empty tables; only "fresh" reconnects later
+        for quarter in range(QUARTERS):
+            analysed = {run.name: run.grow(pools, quarter, rng) for run in runs}
+            for _ in range(ROUNDS):
+                for run in runs:
+                    run.turn()
+            for run in runs:
+                quarters[run.name].append({"quarter": quarter + 1, **run.quarter()})
+            print("   quarter {}: {}; tables analysed by the worker step: {}".format(
+                quarter + 1, ", ".join(f"{name} {q[-1]['cpu_ms_per_admission']:.2f} ms" for name, q in quarters.items()),
+                analysed["growing"]), flush=True)
+        for run in runs:
+            run.close()
+    ratios = {name: [round(q["cpu_ms_per_admission"] / f["cpu_ms_per_admission"], 3)
+                     for q, f in zip(quarters[name], quarters["fresh"], strict=True)] for name in ("growing", "before")}
+    last = ratios["growing"][-1]
     return {
         "machine": machine(load_at_start),
         "fleet": {"pools": [{"policy": policy, "nodes": nodes} for policy, nodes in POOLS], "gpus": sum(n for _, n in POOLS) * 8},
-        "settings": {"clients": CLIENTS, "warm_up": WARM_UP, "admissions_per_quarter_per_client": ADMISSIONS_PER_QUARTER,
+        "settings": {"clients": CLIENTS, "warm_up": WARM_UP, "admissions_per_quarter_per_client": ROUNDS * ADMISSIONS_PER_TURN,
                      "bookings_per_atom_per_quarter": GROWTH_PER_QUARTER, "autovacuum": "off",
                      "cpu": "utime + stime of the client backends (/proc/<pid>/stat)"},
-        "growing": now,
-        "before_this_change": summary(before_quarters, before_fresh),
-        "target": {"name": f"CPU per admission in the last quarter <= {TARGET_RATIO} x with fresh statistics",
-                   "measured": now["last_quarter_to_fresh"], "met": now["last_quarter_to_fresh"] <= TARGET_RATIO},
+        "quarters": quarters,
+        "ratio_to_fresh": ratios,
+        "target": {"name": f"CPU per admission, last quarter, growing / fresh statistics <= {TARGET_RATIO}",
+                   "measured": last, "met": last <= TARGET_RATIO},
         "timings_s": timings,
     }
 
 
 def print_report(report: dict[str, Any]) -> None:
     print()
-    print(f"Fleet: {report['fleet']['gpus']} H200 GPUs, {len(POOLS)} pools; {CLIENTS} long-lived connections opened on empty "
-          f"tables, {WARM_UP} admissions each to warm up, then per quarter: bookings grown, {ADMISSIONS_PER_QUARTER} "
-          f"admissions each. Server CPU ms per admission (autovacuum off).")
-    for label, run in (("this schema", report["growing"]), ("before this change", report["before_this_change"])):
-        cells = " / ".join(f"{q['cpu_ms_per_admission']:.2f} ({q['bookings']:,})" for q in run["quarters"])
-        print(f"  {label:<19} by quarter (bookings): {cells}; fresh statistics {run['fresh_statistics']['cpu_ms_per_admission']:.2f};"
-              f" last quarter / fresh {run['last_quarter_to_fresh']:.2f}")
+    print(f"Fleet: {report['fleet']['gpus']} H200 GPUs in {len(POOLS)} pools; {CLIENTS} connections per run; per quarter "
+          f"about 25,000 bookings added, then {ROUNDS * ADMISSIONS_PER_TURN} admissions per connection, the runs taking turns. "
+          f"Server CPU ms per admission (autovacuum off):")
+    print(f"  {'quarter':>7} | {'bookings':>8} | {'growing':>7} | {'fresh':>7} | {'before':>7} | growing/fresh | before/fresh")
+    for i, fresh in enumerate(report["quarters"]["fresh"]):
+        growing, before = report["quarters"]["growing"][i], report["quarters"]["before"][i]
+        print(f"  {i + 1:>7} | {fresh['bookings']:>8,} | {growing['cpu_ms_per_admission']:>7.2f} | {fresh['cpu_ms_per_admission']:>7.2f} | "
+              f"{before['cpu_ms_per_admission']:>7.2f} | {report['ratio_to_fresh']['growing'][i]:>13.2f} | "
+              f"{report['ratio_to_fresh']['before'][i]:>12.2f}")
     target = report["target"]
     print(f"Target {target['name']}: measured {target['measured']} -> {'MET' if target['met'] else 'NOT MET'}")
     print(machine_line(report["machine"]))
