@@ -48,7 +48,7 @@ RUNS = ("growing", "fresh", "before")
 POOLS = (("pack", 75), ("spread", 75))    # x 8 H200 = 1,200 GPUs
 CLIENTS = 2
 WARM_UP = 20
-ROUNDS, ADMISSIONS_PER_TURN = 5, 30       # per quarter and connection: 150 admissions
+ROUNDS, ADMISSIONS_PER_TURN = 8, 30       # per quarter and connection: 240 admissions
 GROWTH_PER_QUARTER = 14                   # bookings per atom: x 1,800 atoms = 25,200 per quarter
 QUARTERS = 4
 TARGET_RATIO = 1.2
