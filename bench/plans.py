@@ -30,6 +30,7 @@ import random
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -67,7 +68,7 @@ class Backend:
     maker: RequestMaker
 
     def cpu_seconds(self) -> float:
-        fields = open(f"/proc/{self.pid}/stat").read().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
 
     def admit(self, count: int) -> int:
@@ -115,7 +116,8 @@ class Run:
         self.cpu_seconds += sum(b.cpu_seconds() for b in self.backends) - before
 
     def grow(self, pools: list[str], quarter: int, rng: random.Random) -> int:
-        """The quarter's bookings, then what this run does about statistics; returns tables analysed."""
+        """The quarter's bookings, then what this run does about statistics; returns the tables the worker
+        step analysed (0 for the runs without it)."""
         add_history(self.dsn, pools, GROWTH_PER_QUARTER, quarter * GROWTH_PER_QUARTER, TENANTS)
         self.cpu_seconds, self.admitted = 0.0, 0
         if self.name == "before":
@@ -125,7 +127,7 @@ class Run:
                 return conn.execute("SELECT worker_api.tables_analyze()").fetchone()[0]
             conn.execute("ANALYZE")
         self.connect(pools, rng)
-        return -1
+        return 0
 
     def quarter(self) -> dict[str, Any]:
         with psycopg.connect(self.dsn) as conn:
