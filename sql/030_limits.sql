@@ -52,7 +52,8 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('node_spec_resend_seconds',         30, 'seconds', 'How long a connected node may leave a signed spec unconfirmed before it is sent again.'),
     ('node_command_redelivery_seconds',  60, 'seconds', 'How long a delivered command may stay without a result before it is delivered again.'),
     ('admissions_pending_per_tenant',   256, 'count',   'Admissions waiting for their IAM decision, per tenant (more: QUOTA_EXCEEDED before anything is held).'),
-    ('admissions_pending_per_credential', 16, 'count',  'Admissions waiting for their IAM decision, per caller credential (more: QUOTA_EXCEEDED before anything is held).');
+    ('admissions_pending_per_credential', 16, 'count',  'Admissions waiting for their IAM decision, per caller credential (more: QUOTA_EXCEEDED before anything is held).'),
+    ('analyze_changed_rows',            200, 'count',   'Rows a table must have gained, lost or changed since it was last analysed (and at least as many as it then had) before the worker analyses it.');
 
 CREATE FUNCTION compute.limit(p_name text)
 RETURNS bigint

@@ -44,6 +44,7 @@ def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: Audit
         "node_specs.tick": batched_sweep(db, "worker_api.node_specs_tick"),
         "node_specs.resend": sweep(db, "worker_api.node_specs_resend"),
         "nodes.drains": sweep(db, "worker_api.node_drains_complete"),
+        "tables.analyze": sweep(db, "worker_api.tables_analyze"),
         "outbox.fan_out": batched_sweep(db, "worker_api.webhooks_fan_out"),
         "outbox.prune": sweep(db, "worker_api.outbox_prune"),
         "webhook.deliver": deliver_webhooks(db, sender, keyring),
