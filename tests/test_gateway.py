@@ -6,8 +6,9 @@ Joining (a token works once; the inventory must be signed with the CSR's key), s
 with an epoch; a newer session fences the older: error FENCED and close code 4001), heartbeats of
 50 sessions in one statement per interval, a spec signed by the worker reaching the node within
 seconds of a booking, reports the node did not sign (or that were changed after signing) relayed
-and rejected by the worker, never applied, a key change signed by the old and the new key, a killed node shown disconnected with nothing else changed, oversize
-and unknown frames refused, renewal, and SIGTERM closing sessions with 1001.
+and rejected by the worker, never applied, a killed node shown disconnected with nothing else
+changed, oversize and unknown frames refused, renewal and a key change signed by the old and the
+new key, and SIGTERM closing sessions with 1001.
 """
 
 from __future__ import annotations
