@@ -161,6 +161,11 @@ BEGIN
         PERFORM compute.raise_error('GENERATION_CONFLICT', pg_catalog.format('the key of node %s is not the one the report was verified with', v_report.node_id),
             'Verify the report again with the key worker_api.node_reports_pending answers now.');
     END IF;
+    IF EXISTS (SELECT 1 FROM compute.node_reports AS r WHERE r.node_id = v_report.node_id AND r.state = 'pending'
+                  AND (r.epoch, r.report_id) < (v_report.epoch, v_report.report_id)) THEN
+        PERFORM compute.raise_error('GENERATION_CONFLICT', pg_catalog.format('an earlier report of node %s is still pending', v_report.node_id),
+            'Decide the node''s reports in the order worker_api.node_reports_pending answers them.');
+    END IF;
     v_body := v_report.envelope -> 'body';
     -- The body binds the node, the session it was sent under and its place in that session.
     IF v_body ->> 'node_id' IS DISTINCT FROM v_report.node_id::text THEN

@@ -4,7 +4,7 @@
 -- naming another node and one the signature of which did not verify are rejected, recorded and
 -- announced (node.report_rejected), never applied.
 BEGIN;
-SELECT plan(14);
+SELECT plan(15);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 SELECT pgtap_fixtures.fleet('pack', 1, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
@@ -31,6 +31,10 @@ SELECT is((SELECT public_key FROM worker_api.node_reports_pending(:'node', 10)),
           'the worker reads it with the node''s registered key');
 SELECT throws_ok(format('SELECT worker_api.node_report_verified(%s, %L)', :first, '\x00'), 'BC412', NULL,
                  'a report verified with another key is not applied');
+SELECT node_api.report(:'node', :epoch, '{"v": 1, "purpose": "node.result", "body": {}, "sig": "x"}') AS second \gset
+SELECT throws_ok(format('SELECT worker_api.node_report_verified(%s, %L)', :second, :'key'), 'BC412', NULL,
+                 'nor one while an earlier report of the node is pending');
+SELECT worker_api.node_report_rejected(:second, 'the signature of the node.result envelope does not verify');
 SELECT ok(worker_api.node_report_verified(:first, :'key'), 'verified, it is applied');
 SELECT is((SELECT observed_generation FROM compute.node_specs WHERE node_id = :'node'), :generation::bigint, 'the spec is acknowledged');
 
@@ -49,9 +53,9 @@ SELECT ok(NOT worker_api.node_report_verified(:other, :'key'), 'a report naming 
 SELECT node_api.report(:'node', :epoch, '{"v": 1, "purpose": "node.inventory", "body": {}, "sig": "x"}') AS forged \gset
 SELECT worker_api.node_report_rejected(:forged, 'the signature of the node.inventory envelope does not verify');
 SELECT is((SELECT array_agg(report_id ORDER BY report_id) FROM ops.node_reports_rejected WHERE node_id = :'node'),
-          ARRAY[:replay, :stale, :other, :forged]::bigint[], 'operators see every rejected report');
+          ARRAY[:second, :replay, :stale, :other, :forged]::bigint[], 'operators see every rejected report');
 SELECT is((SELECT count(*) FROM compute.outbox WHERE aggregate_id = :'node' AND event_type = 'node.report_rejected'
-              AND tenant_id = pgtap_fixtures.tenant('A')), 4::bigint, 'each is an event of the node''s site tenant');
+              AND tenant_id = pgtap_fixtures.tenant('A')), 5::bigint, 'each is an event of the node''s site tenant');
 SELECT is(worker_api.node_report_verified(:forged, :'key'), NULL, 'a decided report cannot be applied later');
 
 UPDATE compute.limits SET value = 1 WHERE name = 'node_reports_pending_per_node';
