@@ -8,8 +8,9 @@ What a node reports going up (inventory, observed, result, key) is signed by the
 the gateway is only its relay: it appends each envelope as received to the node's inbox
 (node_api.report, fenced by the epoch), and the worker verifies it against the node's registered
 key before it takes effect; the gateway neither checks nor can write a report's effect itself.
-Heartbeats only mark a session heard; every `heartbeat_seconds` one `node_api.heartbeats` call writes all sessions of the
-gateway heard since the last one (P12) and answers the fenced ones, which are closed.
+Heartbeats only mark a session heard; every `heartbeat_seconds` one `node_api.heartbeats` call
+writes all sessions of the gateway heard since the last one (P12) and answers the fenced ones,
+which are closed.
 
 Intent going down was signed by the worker: the gateway only relays it. Each session has one
 pusher task that sends the spec (node_api.spec_get) and the commands due (node_api.commands_due)
