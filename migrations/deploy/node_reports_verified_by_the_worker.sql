@@ -282,7 +282,10 @@ BEGIN
     INSERT INTO compute.node_reports (node_id, epoch, envelope, received_at)
     VALUES (p_node_id, p_epoch, p_envelope, compute.compute_now())
     RETURNING report_id INTO v_report_id;
-    PERFORM compute.work_poke('node.reports', p_node_id::text);
+    -- Acknowledgements and results go first (a reservation or a person waits for them; a burst of
+    -- inventories after many nodes connect does not delay them); the node's reports stay in order.
+    PERFORM compute.work_poke('node.reports', p_node_id::text, '{}', NULL,
+                              CASE WHEN p_envelope ->> 'purpose' IN ('node.observed', 'node.result') THEN 1 ELSE 0 END);
     RETURN v_report_id;
 END
 $$;

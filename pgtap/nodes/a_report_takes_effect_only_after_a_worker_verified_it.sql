@@ -25,8 +25,8 @@ SELECT node_api.report(:'node', :epoch, jsonb_build_object('v', 1, 'purpose', 'n
        AS first FROM body \gset
 
 SELECT is((SELECT observed_generation FROM compute.node_specs WHERE node_id = :'node'), NULL, 'appending a report changes nothing');
-SELECT is((SELECT count(*) FROM compute.work WHERE kind = 'node.reports' AND key = :'node' AND state = 'pending'), 1::bigint,
-          'it pokes the worker');
+SELECT is((SELECT priority FROM compute.work WHERE kind = 'node.reports' AND key = :'node' AND state = 'pending'), 1,
+          'it pokes the worker, an acknowledgement ahead of other work');
 SELECT is((SELECT public_key FROM worker_api.node_reports_pending(:'node', 10)), :'key'::bytea,
           'the worker reads it with the node''s registered key');
 SELECT throws_ok(format('SELECT worker_api.node_report_verified(%s, %L)', :first, '\x00'), 'BC412', NULL,
