@@ -157,6 +157,10 @@ BEGIN
         RETURN NULL;  -- decided already
     END IF;
     SELECT * INTO v_identity FROM compute.node_identities AS i WHERE i.node_id = v_report.node_id FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM compute.node_report_reject(p_report_id, 'the node has no registered key (it never joined)');
+        RETURN false;
+    END IF;
     IF v_identity.public_key IS DISTINCT FROM p_public_key THEN
         PERFORM compute.raise_error('GENERATION_CONFLICT', pg_catalog.format('the key of node %s is not the one the report was verified with', v_report.node_id),
             'Verify the report again with the key worker_api.node_reports_pending answers now.');
@@ -300,10 +304,11 @@ BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'read 1 to 1000 reports at a time', 'Pass a batch size.');
     END IF;
-    -- In the order they must be applied, with the key to verify them (the node's registered key).
+    -- In the order they must be applied, with the key to verify them (the node's registered key;
+    -- NULL for a node that never joined: its reports are rejected).
     RETURN QUERY
     SELECT r.report_id, r.envelope, i.public_key
-      FROM compute.node_reports AS r JOIN compute.node_identities AS i ON i.node_id = r.node_id
+      FROM compute.node_reports AS r LEFT JOIN compute.node_identities AS i ON i.node_id = r.node_id
      WHERE r.node_id = p_node_id AND r.state = 'pending'
      ORDER BY r.epoch, r.report_id
      LIMIT p_limit;

@@ -4,11 +4,12 @@
 -- naming another node and one the signature of which did not verify are rejected, recorded and
 -- announced (node.report_rejected), never applied.
 BEGIN;
-SELECT plan(15);
+SELECT plan(17);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
-SELECT pgtap_fixtures.fleet('pack', 1, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
-SELECT node_id AS node FROM compute.nodes WHERE pool_id = :'pool' \gset
+SELECT pgtap_fixtures.fleet('pack', 2, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
+SELECT node_id AS node FROM compute.nodes WHERE pool_id = :'pool' ORDER BY name LIMIT 1 \gset
+SELECT node_id AS unjoined FROM compute.nodes WHERE pool_id = :'pool' ORDER BY name OFFSET 1 LIMIT 1 \gset
 INSERT INTO compute.node_identities (node_id, public_key, token_id, joined_at)
 SELECT :'node', '\x3059301306072a8648ce3d020106082a8648ce3d03010703420004aaaa'::bytea || decode(repeat('ab', 63), 'hex'),
        (compute.api_join_tokens_create(NULL, gen_random_uuid()::text, jsonb_build_object('pool_id', :'pool')) ->> 'token_id')::uuid,
@@ -57,6 +58,12 @@ SELECT is((SELECT array_agg(report_id ORDER BY report_id) FROM ops.node_reports_
 SELECT is((SELECT count(*) FROM compute.outbox WHERE aggregate_id = :'node' AND event_type = 'node.report_rejected'
               AND tenant_id = pgtap_fixtures.tenant('A')), 5::bigint, 'each is an event of the node''s site tenant');
 SELECT is(worker_api.node_report_verified(:forged, :'key'), NULL, 'a decided report cannot be applied later');
+
+SELECT node_api.session_open(:'unjoined', 'gw-1') AS unjoined_epoch \gset
+SELECT node_api.report(:'unjoined', :unjoined_epoch, '{"purpose": "node.result"}') AS unkeyed \gset
+SELECT is((SELECT public_key FROM worker_api.node_reports_pending(:'unjoined', 10)), NULL,
+          'a node that never joined has no key to verify its reports with');
+SELECT ok(NOT worker_api.node_report_verified(:unkeyed, NULL), 'and none of them is applied');
 
 UPDATE compute.limits SET value = 1 WHERE name = 'node_reports_pending_per_node';
 SELECT node_api.report(:'node', :epoch, '{"purpose": "node.result"}');

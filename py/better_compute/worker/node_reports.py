@@ -43,8 +43,10 @@ def apply_node_reports(db: Database, batch: int = REPORTS_PER_RUN) -> Handler:
         rows = db.rows("worker_api.node_reports_pending", UUID(item.key), batch)
         registered: bytes | None = None
         for row in rows:
-            registered = registered or bytes(row["public_key"])
+            registered = registered or row["public_key"]
             try:
+                if registered is None:
+                    raise PkiError("the node has no registered key (it never joined)")
                 new_key = check_report(row["envelope"], load_der_public_key(registered))
             except (EnvelopeError, PkiError) as refused:
                 db.call("worker_api.node_report_rejected", row["report_id"], str(refused))
