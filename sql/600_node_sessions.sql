@@ -7,6 +7,8 @@
 --                   write with an older epoch is FENCED (a second session fences the first)
 --   heartbeats      every session of one gateway in one statement per interval
 --   session_close   the session ends; nothing else changes (P6: disconnected is not dead)
+-- What a node reports under its session (inventory, observed specs, command results, a new key)
+-- is appended as signed by node_api.report and applied only after a worker verified it (sql/640).
 -- Connected is derived: a session that is open and was heard from within session_timeout_seconds.
 -- (compute.node_sessions is in sql/110_fleet.sql: ops.nodes shows it.)
 SET LOCAL ROLE bc_owner;
@@ -15,9 +17,11 @@ CREATE TABLE compute.node_identities (
     node_id    uuid PRIMARY KEY REFERENCES compute.nodes ON DELETE CASCADE,
     public_key bytea NOT NULL CHECK (octet_length(public_key) BETWEEN 32 AND 1024),
     token_id   uuid NOT NULL REFERENCES compute.join_tokens,
-    joined_at  timestamptz NOT NULL
+    joined_at  timestamptz NOT NULL,
+    report_epoch bigint NOT NULL DEFAULT 0,
+    report_seq   bigint NOT NULL DEFAULT 0
 );
-COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo) and the token it used.';
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
 
 CREATE FUNCTION compute.node_join(p_token text, p_inventory jsonb, p_public_key bytea)
 RETURNS jsonb
@@ -143,12 +147,6 @@ CREATE FUNCTION node_api.join(p_token text, p_inventory jsonb, p_public_key byte
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.node_join(p_token, p_inventory, p_public_key) $$;
 COMMENT ON FUNCTION node_api.join(text, jsonb, bytea) IS 'A node joins with its token, inventory and public key; answers its node id.';
 
-CREATE FUNCTION node_api.node_public_key(p_node_id uuid) RETURNS bytea
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
-    SELECT i.public_key FROM compute.node_identities AS i WHERE i.node_id = p_node_id
-$$;
-COMMENT ON FUNCTION node_api.node_public_key(uuid) IS 'The public key a node joined with (to check its signatures).';
-
 CREATE FUNCTION node_api.session_open(p_node_id uuid, p_gateway text) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.session_open(p_node_id, p_gateway) $$;
 COMMENT ON FUNCTION node_api.session_open(uuid, text) IS 'A new session epoch for the node (fences older sessions).';
@@ -160,29 +158,3 @@ COMMENT ON FUNCTION node_api.heartbeats(text, uuid[], bigint[]) IS 'One statemen
 CREATE FUNCTION node_api.session_close(p_node_id uuid, p_epoch bigint) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.session_close(p_node_id, p_epoch) $$;
 COMMENT ON FUNCTION node_api.session_close(uuid, bigint) IS 'The session ended (nothing else changes).';
-
-CREATE FUNCTION node_api.inventory_report(p_node_id uuid, p_epoch bigint, p_inventory jsonb) RETURNS uuid
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.session_require(p_node_id, p_epoch);
-    IF p_inventory ->> 'hostname' IS DISTINCT FROM (SELECT n.name FROM compute.nodes AS n WHERE n.node_id = p_node_id) THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the inventory names another host',
-            'A node reports its own inventory; a renamed host joins again with a new token.');
-    END IF;
-    RETURN compute.node_register((SELECT n.pool_id FROM compute.nodes AS n WHERE n.node_id = p_node_id), p_inventory ->> 'hostname', p_inventory);
-END
-$$;
-COMMENT ON FUNCTION node_api.inventory_report(uuid, bigint, jsonb) IS 'A node''s inventory, under its current session (FENCED otherwise).';
-
-CREATE FUNCTION node_api.node_key_renewed(p_node_id uuid, p_epoch bigint, p_public_key bytea) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    -- A renewal may bring a new key: the one the node signs with from now on.
-    PERFORM compute.session_require(p_node_id, p_epoch);
-    IF p_public_key IS NULL OR octet_length(p_public_key) NOT BETWEEN 32 AND 1024 THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a renewed key is the DER of a public key', 'Send the DER SubjectPublicKeyInfo.');
-    END IF;
-    UPDATE compute.node_identities SET public_key = p_public_key WHERE node_id = p_node_id;
-END
-$$;
-COMMENT ON FUNCTION node_api.node_key_renewed(uuid, bigint, bytea) IS 'The key of a node''s renewed certificate (under its current session).';

@@ -213,24 +213,3 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION node_api.spec_get(uuid, bigint) IS 'The node''s newest signed spec envelope (under its current session).';
-
-CREATE FUNCTION node_api.spec_observed(p_node_id uuid, p_epoch bigint, p_generation bigint, p_conditions jsonb)
-RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.session_require(p_node_id, p_epoch);
-    IF p_conditions IS NULL OR pg_catalog.jsonb_typeof(p_conditions) <> 'array'
-       OR pg_catalog.octet_length(p_conditions::text) > compute.limit('node_message_bytes') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'conditions are a bounded JSON array', 'Send [] when all is well.');
-    END IF;
-    -- Observed only ever moves forward, and never past what was signed for the node.
-    UPDATE compute.node_specs
-       SET observed_generation = greatest(observed_generation, p_generation), observed_at = compute.compute_now(), conditions = p_conditions
-     WHERE node_id = p_node_id AND p_generation <= signed_generation;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('generation %s was never sent to node %s', p_generation, p_node_id),
-            'Report the generation of the spec you applied.');
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION node_api.spec_observed(uuid, bigint, bigint, jsonb) IS 'The node applied a spec generation; its conditions.';

@@ -144,25 +144,6 @@ END
 $$;
 COMMENT ON FUNCTION node_api.commands_due(uuid, bigint) IS 'Signed commands to deliver to the node now (at least once).';
 
-CREATE FUNCTION node_api.command_result(p_node_id uuid, p_epoch bigint, p_command_id uuid, p_status text, p_output text)
-RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.session_require(p_node_id, p_epoch);
-    IF p_status IS NULL OR p_status NOT IN ('succeeded', 'failed', 'unsupported') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid command status %L', p_status),
-            'Use succeeded, failed or unsupported.');
-    END IF;
-    -- The first result wins; a repeated one (at-least-once delivery) changes nothing.
-    UPDATE compute.node_commands
-       SET state = p_status, finished_at = compute.compute_now(),
-           output = pg_catalog.left(p_output, compute.limit('command_output_bytes')::integer)
-     WHERE command_id = p_command_id AND node_id = p_node_id AND state = 'pending';
-    RETURN FOUND;
-END
-$$;
-COMMENT ON FUNCTION node_api.command_result(uuid, bigint, uuid, text, text) IS 'A command''s result (the first one counts; output bounded).';
-
 -- -- API methods (catalog rows in sql/690_api_methods.sql) -------------------------------------------
 
 CREATE FUNCTION compute.api_nodes_command(p_tenant_id uuid, p_resource_id text, p_input jsonb)

@@ -9,6 +9,7 @@ for tests (the real daemon is `bcd`).
     joined = await node.join(gateway, token)                      # Joined (or NodeRefused)
     async with node.session(gateway) as session:                  # mutual TLS with the SVID
         session.hello.epoch; await session.send(Heartbeat()); await session.expect(Spec)
+        await session.send(Observed(session.report("node.observed", {"generation": 2, "conditions": []})))
 
 Gateway and worker share one key directory: the gateway creates the CA (`ca.key`, `ca.crt`) and
 both read the intent key (`intent.key`, created by whichever starts first).
@@ -38,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
 
 from better_compute.nodeproto import (JOIN_PATH, SESSION_PATH, Error, Hello, Join, Joined, Message, decode, encode,
-                                      read_intent_key)
+                                      read_intent_key, report_body)
 from better_compute.pki import generate_node_key, make_csr, sign_envelope
 from better_compute.pki.keys import private_key_pem
 from fleet import h200_inventory
@@ -220,6 +221,13 @@ class NodeSession:
     connection: ClientConnection
     hello: Hello | None = None
     received: list[Message] = field(default_factory=list)  # everything, in order
+    seq: int = 0  # of the last report made in this session
+
+    def report(self, purpose: str, payload: dict[str, Any], key: ec.EllipticCurvePrivateKey | None = None) -> dict[str, Any]:
+        """A report envelope as the daemon makes it: node id, this session's epoch, the next number."""
+        assert self.hello is not None, "the session has no hello"
+        self.seq += 1
+        return self.node.signed(purpose, report_body(self.node.node_id, self.hello.epoch, self.seq, payload), key)
 
     async def send(self, message: Message) -> None:
         await self.connection.send(encode(message))

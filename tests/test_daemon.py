@@ -46,8 +46,9 @@ from better_compute.daemon.drivers import InventoryError, fake
 from better_compute.daemon.journal import Journal
 from better_compute.daemon.runtime import Backoff, Daemon, endpoint, renew
 from better_compute.daemon.state import CERT_FILE, KEY_FILE, NodeState, NotJoined
-from better_compute.nodeproto import (FENCED, SESSION_PATH, Certificate, Command, Error, Hello, Inventory, Joined,
-                                      Message, Observed, Renew, Result, Spec, decode, intent_key_text)
+from better_compute.nodeproto import (FENCED, INVENTORY_REPORT, OBSERVED_REPORT, RESULT_REPORT, SESSION_PATH,
+                                      Certificate, Command, Error, Hello, Inventory, Joined, Message, Observed, Renew,
+                                      Result, Spec, decode, intent_key_text)
 from better_compute.pki import (CertificateAuthority, IntentSigner, PkiError, generate_node_key, issue_svid, make_csr,
                                 open_envelope, read_csr, sign_envelope)
 from better_compute.sim import mint_tokens
@@ -105,9 +106,12 @@ class Node:
                                                      "kind": kind, "args": {}}))
 
     def opened(self, message: Message) -> dict[str, Any]:
-        """The body of what the node sent up, verified with the key of its certificate."""
+        """What the node reported, verified with the key of its certificate, less the report's
+        node id, epoch and sequence number (report_numbers)."""
         assert isinstance(message, (Observed, Result, Inventory)), message
-        return open_envelope(message.envelope, self.state.load().certificate.public_key(), message.TYPE)
+        body = open_envelope(message.envelope, self.state.load().certificate.public_key(), REPORT_OF[type(message)])
+        assert body["node_id"] == str(self.node_id)
+        return {name: value for name, value in body.items() if name not in ("node_id", "epoch", "seq")}
 
     def cdi_devices(self) -> list[str]:
         return [device["name"] for device in yaml.safe_load(self.cdi_path.read_text())["devices"]]
@@ -121,6 +125,9 @@ def joined(ca: CertificateAuthority, intent: IntentSigner, key: Any, node_id: uu
 
 def pem(certificate: x509.Certificate) -> str:
     return certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
+
+
+REPORT_OF = {Observed: OBSERVED_REPORT, Result: RESULT_REPORT, Inventory: INVENTORY_REPORT}
 
 
 @pytest.fixture
@@ -177,7 +184,7 @@ def test_join_answers_for_another_key_or_node_are_not_kept(node: Node, tmp_path:
 def test_a_signed_spec_becomes_the_cdi_file_and_a_signed_observed(node: Node) -> None:
     daemon = node.daemon()
     [observed] = daemon.handle(node.spec(3, gpu_booking()))
-    assert node.opened(observed) == {"node_id": str(node.node_id), "generation": 3, "conditions": []}
+    assert node.opened(observed) == {"generation": 3, "conditions": []}
     assert node.cdi_devices() == [GPU]
     assert daemon.specs_applied == 1
     assert Journal(node.state.directory).last_generation == 3
@@ -356,8 +363,22 @@ def test_drain_processes_reports_the_gpu_processes(node: Node) -> None:
 
 def test_collect_inventory_sends_a_fresh_signed_inventory_before_the_result(node: Node) -> None:
     inventory, result = node.daemon().handle(node.command("collect_inventory"))
-    assert node.opened(inventory) == node.driver.collect()
+    assert node.opened(inventory) == {"inventory": node.driver.collect()}
     assert node.opened(result)["status"] == "succeeded"
+
+
+def report_numbers(message: Message) -> tuple[int, int]:
+    assert isinstance(message, (Observed, Result, Inventory)), message
+    return message.envelope["body"]["epoch"], message.envelope["body"]["seq"]
+
+
+def test_reports_carry_the_session_epoch_and_count_within_it(node: Node) -> None:
+    daemon = node.daemon()
+    daemon.session_opened(7)
+    first = [daemon.inventory(), *daemon.handle(node.command("collect_inventory"))]
+    assert [report_numbers(message) for message in first] == [(7, 1), (7, 2), (7, 3)]
+    daemon.session_opened(8)  # a new session (the worker applies (epoch, seq) in increasing order only)
+    assert report_numbers(daemon.handle(node.spec(1, gpu_booking()))[0]) == (8, 1)
 
 
 def test_an_unknown_kind_is_unsupported_and_journalled(node: Node) -> None:

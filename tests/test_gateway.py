@@ -5,14 +5,16 @@ must be signed, the real worker) as child processes, and a minimal node built fr
 Joining (a token works once; the inventory must be signed with the CSR's key), sessions (hello
 with an epoch; a newer session fences the older: error FENCED and close code 4001), heartbeats of
 50 sessions in one statement per interval, a spec signed by the worker reaching the node within
-seconds of a booking, envelopes the node did not sign (or that were changed after signing)
-refused and not written, a killed node shown disconnected with nothing else changed, oversize
-and unknown frames refused, renewal, and SIGTERM closing sessions with 1001.
+seconds of a booking, reports the node did not sign (or that were changed after signing) relayed
+and rejected by the worker, never applied, a killed node shown disconnected with nothing else
+changed, oversize and unknown frames refused, renewal and a key change signed by the old and the
+new key, and SIGTERM closing sessions with 1001.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import signal
@@ -33,10 +35,11 @@ from websockets.exceptions import InvalidHandshake
 from websockets.frames import CloseCode
 
 from better_compute.nodeproto import (FENCED, NODE_MESSAGE_BYTES, SESSION_PATH, TYPES, UNSUPPORTED, Certificate,
-                                      Command, Error, Heartbeat, Hello, Inventory, Join, Observed, ProtocolError, Renew,
-                                      Result, Spec, decode, encode, read_intent_key)
+                                      Command, Error, Heartbeat, Hello, Inventory, Join, Key, Observed, ProtocolError,
+                                      Renew, Result, Spec, decode, encode, read_intent_key, report_body)
 from better_compute.pki import (CertificateAuthority, IntentSigner, generate_node_key, issue_svid, make_csr,
                                 open_envelope, verify_svid)
+from better_compute.pki.signing import key_proof
 from fleet import make_pool
 from gateway_support import (GatewayProcess, NodeRefused, NodeSession, TestNode, running_gateway,
                              running_worker_process)
@@ -188,7 +191,7 @@ async def test_a_newer_session_fences_the_older(gateway: GatewayProcess, sql: ps
             assert await first.closed_with() == FENCED
             # At another gateway: the database fences this one; its next write is refused and closed.
             sql.execute("SELECT node_api.session_open(%s, 'gw-elsewhere')", (node.node_id,))
-            await second.send(Inventory(node.signed("inventory", node.inventory)))
+            await second.send(Inventory(second.report("node.inventory", {"inventory": node.inventory})))
             assert (await second.expect(Error)).code == "FENCED"
             assert await second.closed_with() == FENCED
     assert connection_of(sql, node.node_id)["gateway"] == "gw-elsewhere"
@@ -269,8 +272,8 @@ async def test_a_booking_reaches_the_node_as_a_signed_spec(gateway: GatewayProce
             [device] = body["spec"]["devices"]
             assert device["device_uuid"] == node.inventory["devices"][0]["uuid"] and device["cdi_name"]
 
-            await session.send(Observed(node.signed("observed", {"node_id": node.node_id,
-                                                                  "generation": body["generation"], "conditions": []})))
+            await session.send(Observed(session.report("node.observed", {"generation": body["generation"],
+                                                                          "conditions": []})))
             observed = "SELECT observed_generation FROM compute.node_specs WHERE node_id = %s"
             await eventually(lambda: sql.execute(observed, (node.node_id,)).fetchone()[0] == body["generation"], 5,
                              "the observed generation")
@@ -282,14 +285,18 @@ async def test_a_booking_reaches_the_node_as_a_signed_spec(gateway: GatewayProce
 
 
 @pytest.mark.anyio
-async def test_results_the_node_did_not_sign_are_refused(gateway: GatewayProcess, sql: psycopg.Connection,
-                                                         pool_id: uuid.UUID, tmp_path: Path, db_dsn: str) -> None:
+async def test_results_the_node_did_not_sign_are_rejected_by_the_worker(
+        gateway: GatewayProcess, sql: psycopg.Connection, pool_id: uuid.UUID, tmp_path: Path, db_dsn: str) -> None:
     node = await joined_node(gateway, sql, pool_id, tmp_path)
     intent = node.intent_key
 
     def state() -> tuple[str, str | None]:
         return sql.execute("SELECT state, output FROM compute.node_commands WHERE command_id = %s",
                            (command_id,)).fetchone()
+
+    def rejected() -> list[str]:
+        return [row[0] for row in sql.execute("SELECT reason FROM ops.node_reports_rejected WHERE node_id = %s "
+                                              "ORDER BY report_id", (node.node_id,))]
 
     with running_worker_process(db_dsn, gateway.keys):
         async with node.session(gateway) as session:
@@ -302,22 +309,24 @@ async def test_results_the_node_did_not_sign_are_refused(gateway: GatewayProcess
             sql.execute("UPDATE compute.limits SET value = 1 WHERE name = 'node_command_redelivery_seconds'")
             assert (await session.expect(Command, timeout=5)).envelope == command.envelope
 
-            tampered = node.signed("result", {"command_id": command_id, "status": "failed", "output": "disk on fire"})
+            # The gateway relays what it gets; the worker rejects what the node did not sign.
+            tampered = session.report("node.result", {"command_id": command_id, "status": "failed", "output": "disk on fire"})
             tampered["body"]["status"] = "succeeded"  # changed after signing
-            await session.send(Result(tampered))
-            assert (await session.expect(Error)).code == "INVALID_ARGUMENT"
-            stranger = node.signed("result", {"command_id": command_id, "status": "succeeded", "output": ""},
-                                   key=generate_node_key())
-            await session.send(Result(stranger))
-            assert (await session.expect(Error)).code == "INVALID_ARGUMENT"
-            await session.send(Result(node.signed("inventory", {"command_id": command_id, "status": "succeeded",
-                                                                "output": ""})))  # another purpose
-            assert (await session.expect(Error)).code == "INVALID_ARGUMENT"
+            stranger = session.report("node.result", {"command_id": command_id, "status": "succeeded", "output": ""},
+                                      key=generate_node_key())
+            other_purpose = session.report("node.observed", {"command_id": command_id, "status": "succeeded",
+                                                             "output": ""})
+            other_purpose["purpose"] = "node.result"
+            for forged in (tampered, stranger, other_purpose):
+                await session.send(Result(forged))
+            await eventually(lambda: len(rejected()) == 3, 5, "the worker to reject three results")
+            assert all("does not verify" in reason for reason in rejected())
             assert state() == ("pending", None)
 
-            await session.send(Result(node.signed("result", {"command_id": command_id, "status": "succeeded",
-                                                             "output": "ok"})))
+            await session.send(Result(session.report("node.result", {"command_id": command_id, "status": "succeeded",
+                                                                     "output": "ok"})))
             await eventually(lambda: state() == ("succeeded", "ok"), 5, "the signed result")
+            assert not [message for message in session.received if isinstance(message, Error)]
 
 
 @pytest.mark.anyio
@@ -366,28 +375,38 @@ async def test_bad_frames_are_answered_and_oversize_ones_close_the_connection(
 
 
 @pytest.mark.anyio
-async def test_a_node_renews_its_certificate_over_the_session(gateway: GatewayProcess, sql: psycopg.Connection,
-                                                              pool_id: uuid.UUID, tmp_path: Path) -> None:
+async def test_a_node_renews_its_certificate_and_changes_its_key_over_the_session(
+        gateway: GatewayProcess, sql: psycopg.Connection, pool_id: uuid.UUID, tmp_path: Path, db_dsn: str) -> None:
     node = await joined_node(gateway, sql, pool_id, tmp_path)
     new_key = generate_node_key()
-    async with node.session(gateway) as session:
-        await session.send(Renew(make_csr(new_key, node.hostname)))
-        renewed = x509.load_pem_x509_certificate((await session.expect(Certificate)).certificate.encode())
-        assert renewed.public_key() == new_key.public_key()
-        ca = x509.load_pem_x509_certificate(gateway.ca_path.read_bytes())
-        assert str(verify_svid(ca, renewed, sql.execute("SELECT now()").fetchone()[0]).node_id) == node.node_id
-        assert sql.execute("SELECT public_key FROM compute.node_identities WHERE node_id = %s", (node.node_id,)).fetchone()[0] \
-            == new_key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-        # What the node signs with its new key is accepted in this session already.
-        inventory = node.inventory
-        inventory["renewed"] = True
-        await session.send(Inventory(node.signed("inventory", inventory, new_key)))
-        await eventually(lambda: sql.execute("SELECT inventory ? 'renewed' FROM compute.nodes WHERE node_id = %s",
-                                             (node.node_id,)).fetchone()[0], 5, "the inventory")
-        # A long session renews again and again: each renewal presents the newest certificate.
-        await session.send(Renew(make_csr(new_key, node.hostname)))
-        again = x509.load_pem_x509_certificate((await session.expect(Certificate)).certificate.encode())
-        assert again.serial_number != renewed.serial_number and again.public_key() == new_key.public_key()
+    registered = "SELECT public_key FROM compute.node_identities WHERE node_id = %s"
+    new_der = new_key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    with running_worker_process(db_dsn, gateway.keys):
+        async with node.session(gateway) as session:
+            await session.send(Renew(make_csr(new_key, node.hostname)))
+            renewed = x509.load_pem_x509_certificate((await session.expect(Certificate)).certificate.encode())
+            assert renewed.public_key() == new_key.public_key()
+            ca = x509.load_pem_x509_certificate(gateway.ca_path.read_bytes())
+            assert str(verify_svid(ca, renewed, sql.execute("SELECT now()").fetchone()[0]).node_id) == node.node_id
+            assert sql.execute(registered, (node.node_id,)).fetchone()[0] != new_der  # a certificate is no key change
+            # The node says so: its old key signs the new one, which proves itself (pki.key_proof).
+            assert session.hello is not None
+            session.seq += 1
+            body = report_body(node.node_id, session.hello.epoch, session.seq,
+                               {"public_key": base64.b64encode(new_der).decode()})
+            await session.send(Key(node.signed("node.key", body | {"proof": key_proof(body, new_key)})))
+            await eventually(lambda: sql.execute(registered, (node.node_id,)).fetchone()[0] == new_der, 5,
+                             "the new key registered")
+            # What the node signs with its new key is accepted in this session already.
+            inventory = node.inventory
+            inventory["renewed"] = True
+            await session.send(Inventory(session.report("node.inventory", {"inventory": inventory}, new_key)))
+            await eventually(lambda: sql.execute("SELECT inventory ? 'renewed' FROM compute.nodes WHERE node_id = %s",
+                                                 (node.node_id,)).fetchone()[0], 5, "the inventory")
+            # A long session renews again and again: each renewal presents the newest certificate.
+            await session.send(Renew(make_csr(new_key, node.hostname)))
+            again = x509.load_pem_x509_certificate((await session.expect(Certificate)).certificate.encode())
+            assert again.serial_number != renewed.serial_number and again.public_key() == new_key.public_key()
     node.key = new_key
     node.write_certificate(renewed.public_bytes(serialization.Encoding.PEM).decode())
     async with node.session(gateway) as session:  # and the new certificate opens sessions

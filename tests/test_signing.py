@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from better_compute.pki import (CertificateAuthority, EnvelopeError, IntentSigner, PkiError, canonical,
                                 generate_node_key, issue_svid, load_public_key, make_csr, open_envelope,
                                 sign_envelope)
-from better_compute.pki.signing import SigningKey, VerifyingKey
+from better_compute.pki.signing import SigningKey, VerifyingKey, check_key_proof, key_proof
 
 NOW = datetime.now(timezone.utc)
 SPEC = {"generation": 7, "devices": [{"atom": "gpu0", "cdi": "nvidia.com/gpu=0"}], "note": "zürich ✓"}
@@ -58,6 +58,20 @@ def test_results_signed_by_the_node_open_with_its_certificate(tmp_path: Path) ->
     inventory = {"gpus": [{"uuid": "GPU-1", "memory_mib": 81920}], "observed_generation": 7}
     envelope = sign_envelope("inventory", inventory, node_key)
     assert open_envelope(envelope, svid.public_key(), "inventory") == inventory  # type: ignore[arg-type]
+
+
+def test_a_new_key_proves_itself_and_the_proof_binds_the_report() -> None:
+    new_key = generate_node_key()
+    der = new_key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    body = {"node_id": str(uuid.uuid4()), "epoch": 3, "seq": 9, "public_key": base64.b64encode(der).decode()}
+    proven = body | {"proof": key_proof(body, new_key)}
+    assert check_key_proof(proven).public_bytes(serialization.Encoding.DER,
+                                                serialization.PublicFormat.SubjectPublicKeyInfo) == der
+    for forged in (proven | {"seq": 10},  # the proof of another report
+                   body | {"proof": key_proof(body, generate_node_key())},  # another key's proof
+                   body | {"proof": "not base64!"}, body):
+        with pytest.raises(EnvelopeError):
+            check_key_proof(forged)
 
 
 def test_the_signature_covers_the_prefix_the_purpose_and_the_canonical_body() -> None:

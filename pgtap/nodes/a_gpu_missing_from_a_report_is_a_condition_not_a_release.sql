@@ -6,12 +6,12 @@ SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 SELECT pgtap_fixtures.fleet('pack', 1, 2, false, pgtap_fixtures.tenant('A')) AS pool \gset
 SELECT node_id AS node, name FROM compute.nodes WHERE pool_id = :'pool' \gset
-SELECT node_api.session_open(:'node', 'gw-1') AS epoch \gset
 SELECT pgtap_fixtures.api('reservations.create', pgtap_fixtures.tenant('A'),
     jsonb_build_object('pool_id', :'pool', 'shape', 'gpu', 'count', 1, 'end', '2030-01-01 05:00+00')) #>> '{data,bookings,0,device_uuid}' AS held \gset
 
--- The node now reports only the GPU it holds: the other one is missing.
-SELECT node_api.inventory_report(:'node', :epoch,
+-- The node now reports only the GPU it holds: the other one is missing (what a verified
+-- node.inventory report applies).
+SELECT compute.node_inventory_reported(:'node',
     jsonb_set(pgtap_fixtures.inventory(:'name', 2), '{devices}',
               (SELECT jsonb_agg(d) FROM jsonb_array_elements(pgtap_fixtures.inventory(:'name', 2) -> 'devices') AS d WHERE d ->> 'uuid' = :'held')));
 

@@ -19,7 +19,7 @@ SELECT is(jsonb_array_length(node_api.commands_due(:'node', :epoch)), 1, 'a sign
 SELECT is(node_api.commands_due(:'node', :epoch), '[]'::jsonb, 'not again at once');
 SELECT compute.clock_advance(compute.limit('node_command_redelivery_seconds') * interval '1 second' + interval '1 second', true);
 SELECT is(jsonb_array_length(node_api.commands_due(:'node', :epoch)), 1, 'again when no result came in time');
-SELECT ok(node_api.command_result(:'node', :epoch, :'cmd', 'succeeded', 'rebooted') AND NOT node_api.command_result(:'node', :epoch, :'cmd', 'failed', 'x'),
+SELECT ok(compute.node_command_result(:'node', :'cmd', 'succeeded', 'rebooted') AND NOT compute.node_command_result(:'node', :'cmd', 'failed', 'x'),
           'the first result counts, a repeated one changes nothing');
 
 SELECT throws_ok(format($$SELECT compute.command_enqueue(%L, 'reboot', '{"delay": {"seconds": 0.5}}', 'k9')$$, :'node'), 'BC400', NULL,

@@ -13,8 +13,8 @@ SELECT is(node_api.heartbeats('gw-1', ARRAY[:'node'::uuid], ARRAY[:first::bigint
           'the first session''s heartbeat answers it fenced');
 SELECT is(node_api.heartbeats('gw-2', ARRAY[:'node'::uuid], ARRAY[:second::bigint]), '{}'::uuid[], 'the second one is current');
 SELECT throws_ok(format('SELECT node_api.spec_get(%L, %s)', :'node', :first), 'BC410', NULL, 'the first cannot read its spec');
-SELECT throws_ok(format('SELECT node_api.inventory_report(%L, %s, pgtap_fixtures.inventory(%L))', :'node', :first, n.name), 'BC410', NULL,
-                 'nor report inventory') FROM compute.nodes AS n WHERE n.node_id = :'node';
+SELECT throws_ok(format('SELECT node_api.report(%L, %s, %L)', :'node', :first, '{"purpose": "node.inventory"}'), 'BC410', NULL,
+                 'nor relay a report');
 SELECT ok(NOT node_api.session_close(:'node', :first), 'closing the fenced session does not close the current one');
 
 SELECT * FROM finish();

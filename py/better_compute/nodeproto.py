@@ -10,7 +10,10 @@ UNSUPPORTED: a newer peer is told, not disconnected). Fields a type does not kno
 so a newer peer can add optional fields within version 1.
 
 Signed envelopes travel as plain dicts: what they say is checked with pki.open_envelope by
-whoever acts on them, never here.
+whoever acts on them, never here. What a node reports on a session (inventory, observed, result,
+key) is a report envelope: its body is `{node_id, epoch, seq, ...}` (`report_body`), signed by the
+node's registered key; the gateway appends it as received (node_api.report) and the worker
+verifies and applies it (worker/node_reports.py), in increasing (epoch, seq) per node.
 """
 
 from __future__ import annotations
@@ -43,6 +46,19 @@ INVALID_ARGUMENT = "INVALID_ARGUMENT"
 UNSUPPORTED = "UNSUPPORTED"
 
 Envelope = dict[str, Any]  # {"v": 1, "purpose", "body", "sig"}: see pki.signing
+
+# The purposes of what a node reports on a session (sql/640_node_reports.sql applies each).
+INVENTORY_REPORT = "node.inventory"  # {inventory}
+OBSERVED_REPORT = "node.observed"  # {generation, conditions}
+RESULT_REPORT = "node.result"  # {command_id, status, output}
+KEY_REPORT = "node.key"  # {public_key (base64 DER), proof (pki.key_proof)}, signed by the old key
+REPORTS = frozenset({INVENTORY_REPORT, OBSERVED_REPORT, RESULT_REPORT, KEY_REPORT})
+
+
+def report_body(node_id: str, epoch: int, seq: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """A report's body: the node, the session epoch and the report's number in that session (both
+    signed, so a relay can neither replay a report nor move it to another session or node)."""
+    return {"node_id": node_id, "epoch": epoch, "seq": seq, **payload}
 
 
 class ProtocolError(Exception):
@@ -88,7 +104,8 @@ class Joined:
 
 @dataclass(frozen=True)
 class Hello:
-    """gateway: the session is open under `epoch`; heartbeat every `heartbeat_seconds`."""
+    """gateway: the session is open under `epoch` (what the node's reports carry); heartbeat every
+    `heartbeat_seconds`."""
 
     TYPE: ClassVar[str] = "hello"
     LIMIT: ClassVar[int] = SMALL_BYTES
@@ -104,7 +121,7 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Inventory:
-    """node: envelope("inventory", inventory document)."""
+    """node: envelope("node.inventory", report_body(..., {inventory}))."""
 
     TYPE: ClassVar[str] = "inventory"
     LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
@@ -122,7 +139,7 @@ class Spec:
 
 @dataclass(frozen=True)
 class Observed:
-    """node: envelope("observed", {node_id, generation, conditions})."""
+    """node: envelope("node.observed", report_body(..., {generation, conditions}))."""
 
     TYPE: ClassVar[str] = "observed"
     LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
@@ -140,10 +157,20 @@ class Command:
 
 @dataclass(frozen=True)
 class Result:
-    """node: envelope("result", {command_id, status, output})."""
+    """node: envelope("node.result", report_body(..., {command_id, status, output}))."""
 
     TYPE: ClassVar[str] = "result"
     LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
+    envelope: Envelope
+
+
+@dataclass(frozen=True)
+class Key:
+    """node: envelope("node.key", report_body(..., {public_key, proof})) signed by its old key: the
+    key it signs with from the next report on (send it before using a renewed SVID's new key)."""
+
+    TYPE: ClassVar[str] = "key"
+    LIMIT: ClassVar[int] = PEM_BYTES
     envelope: Envelope
 
 
@@ -176,7 +203,8 @@ class Error:
     hint: str | None = None
 
 
-Message = Union[Join, Joined, Hello, Heartbeat, Inventory, Spec, Observed, Command, Result, Renew, Certificate, Error]
+Message = Union[Join, Joined, Hello, Heartbeat, Inventory, Spec, Observed, Command, Result, Key, Renew, Certificate,
+                Error]
 TYPES: dict[str, type[Message]] = {cls.TYPE: cls for cls in typing.get_args(Message)}
 # Each type's fields and their types, for decode (resolved once: annotations are strings here).
 FIELD_TYPES: dict[type[Message], dict[str, Any]] = {

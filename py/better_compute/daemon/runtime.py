@@ -4,7 +4,9 @@ Two layers. `Daemon` is the node's behaviour, one message at a time and without 
 drive it with real keys and files: it verifies each spec and command with the control plane's
 intent key (P14) and checks it names this node, converges the CDI file level-triggered (P2),
 executes each command id once with the journal's help (P3), answers UNSUPPORTED for a kind it does
-not know (P11), and keeps its renewed certificate. `run` is the session around it: it only dials
+not know (P11), and keeps its renewed certificate. What it reports (inventory, observed, result) is
+signed with its key and numbered within the session (the epoch of `hello`, then 1, 2, ...), so the
+worker that verifies it can refuse a replay (P14). `run` is the session around it: it only dials
 out (P5), with mutual TLS; after `hello` it sends its signed inventory, heartbeats, renews its
 SVID before it expires, and reconnects after any end with exponential backoff and full jitter
 (a FENCED close, 4001, included: a newer session of this node exists, and the daemon does not
@@ -39,9 +41,10 @@ from better_compute.daemon.drivers import InventoryDriver, InventoryError
 from better_compute.daemon.journal import DEFAULT_BOUND, Journal
 from better_compute.daemon.state import Credentials, NodeState
 from better_compute.daemon.telemetry import Telemetry
-from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, NODE_MESSAGE_BYTES, SESSION_PATH, UNSUPPORTED,
-                                      Certificate, Command, Envelope, Error, Heartbeat, Hello, Inventory, Message,
-                                      Observed, ProtocolError, Renew, Result, Spec, decode, encode)
+from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT, NODE_MESSAGE_BYTES, OBSERVED_REPORT,
+                                      RESULT_REPORT, SESSION_PATH, UNSUPPORTED, Certificate, Command, Envelope, Error,
+                                      Heartbeat, Hello, Inventory, Message, Observed, ProtocolError, Renew, Result, Spec,
+                                      decode, encode, report_body)
 from better_compute.pki import EnvelopeError, PkiError, make_csr, open_envelope, renew_at, sign_envelope
 
 log = logging.getLogger(__name__)
@@ -124,6 +127,8 @@ class Daemon:
         # applied last, or a newer one that could not be applied (the drift check must not bring back
         # what it no longer grants).
         self.applied: tuple[int, list[Any]] | None = None
+        self.epoch = 0  # of the session open now (its hello), and the number of the last report sent in it
+        self.seq = 0
 
     @property
     def node_id(self) -> UUID:
@@ -136,11 +141,22 @@ class Daemon:
     def sign(self, purpose: str, body: dict[str, Any]) -> Envelope:
         return sign_envelope(purpose, body, self.credentials.key)
 
+        self.epoch = 0  # of the session open now (its hello), and the number of the last report sent in it
+        self.seq = 0
     # -- going up --------------------------------------------------------------------------------
+
+    def session_opened(self, epoch: int) -> None:
+        """Reports from now on belong to the session of `epoch`, numbered from 1 (nodeproto.report_body)."""
+        self.epoch, self.seq = epoch, 0
+
+    def report(self, purpose: str, payload: dict[str, Any]) -> Envelope:
+        """A report of this node, signed with its key: what the worker verifies before it takes effect."""
+        self.seq += 1
+        return sign_envelope(purpose, report_body(str(self.node_id), self.epoch, self.seq, payload), self.credentials.key)
 
     def inventory(self) -> Inventory:
         """A freshly collected inventory, signed; InventoryError when the driver cannot read it."""
-        return Inventory(self.sign("inventory", self.driver.collect()))
+        return Inventory(self.report(INVENTORY_REPORT, {"inventory": self.driver.collect()}))
 
     def renew_at(self) -> datetime:
         return renew_at(self.credentials.certificate)
@@ -258,8 +274,7 @@ class Daemon:
         return drifted
 
     def observed(self, generation: int, conditions: list[dict[str, Any]]) -> Observed:
-        return Observed(self.sign("observed", {"node_id": str(self.node_id), "generation": generation,
-                                               "conditions": conditions}))
+        return Observed(self.report(OBSERVED_REPORT, {"generation": generation, "conditions": conditions}))
 
     def execute(self, envelope: Envelope) -> list[Message]:
         """Execute a verified command once. A repeated delivery is answered from the journal. A
@@ -300,7 +315,7 @@ class Daemon:
         return UNSUPPORTED_STATUS, f"{UNSUPPORTED}: this daemon does not know command kind {kind!r}", []
 
     def result(self, command_id: str, status: str, output: str | None) -> Result:
-        return Result(self.sign("result", {"command_id": command_id, "status": status, "output": output}))
+        return Result(self.report(RESULT_REPORT, {"command_id": command_id, "status": status, "output": output}))
 
     def renewed(self, pem: str) -> list[Message]:
         """Keep a renewed SVID; the next connection presents it."""
@@ -369,6 +384,7 @@ async def session(daemon: Daemon, url: str, stop: asyncio.Event) -> None:
             if not isinstance(hello, Hello):
                 raise ProtocolError(INVALID_ARGUMENT, f"the gateway opened the session with {hello.TYPE}, not hello")
             log.info("session open (epoch %d) with %s", hello.epoch, url)
+            daemon.session_opened(hello.epoch)
             daemon.connected = True
             helpers += [asyncio.create_task(heartbeat(connection, hello.heartbeat_seconds)),
                         asyncio.create_task(keep_converged(daemon, DRIFT_SECONDS)),

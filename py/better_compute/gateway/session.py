@@ -4,11 +4,13 @@ Identity: the node id is the one of the client certificate (pki.verify_svid), ne
 `node_api.session_open` gives the session its epoch; every write carries it, and a FENCED answer
 (a newer session of the node exists, here or at another gateway) closes the connection with 4001.
 
-Writes going up are signed by the node (P14): inventory, observed and result envelopes are checked
-with the key of the node's SVID (or of an SVID renewed in this session) before node_api sees them;
-one that does not verify is answered with an error and not written. Heartbeats only mark a
-session heard; every `heartbeat_seconds` one `node_api.heartbeats` call writes all sessions of the
-gateway heard since the last one (P12) and answers the fenced ones, which are closed.
+What a node reports going up (inventory, observed, result, key) is signed by the node (P14), and
+the gateway is only its relay: it appends each envelope as received to the node's inbox
+(node_api.report, fenced by the epoch), and the worker verifies it against the node's registered
+key before it takes effect; the gateway neither checks nor can write a report's effect itself.
+Heartbeats only mark a session heard; every `heartbeat_seconds` one `node_api.heartbeats` call
+writes all sessions of the gateway heard since the last one (P12) and answers the fenced ones,
+which are closed.
 
 Intent going down was signed by the worker: the gateway only relays it. Each session has one
 pusher task that sends the spec (node_api.spec_get) and the commands due (node_api.commands_due)
@@ -32,7 +34,6 @@ from uuid import UUID
 
 import psycopg
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from websockets.exceptions import ConnectionClosed
@@ -41,12 +42,10 @@ from better_compute.clock import Clock
 from better_compute.db import AsyncDatabase, ContractError
 from better_compute.gateway.channel import Channel
 from better_compute.gateway.metrics import GatewayMetrics
-from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, JOIN_PATH, SESSION_PATH, Certificate, Command,
-                                      Envelope, Error, Heartbeat, Hello, Inventory, Message, Observed, ProtocolError,
-                                      Renew, Result, Spec, accepts)
-from better_compute.pki import CertificateAuthority, EnvelopeError, PkiError, open_envelope, renew_svid, verify_svid
-from better_compute.pki.keys import check_certificate_key
-from better_compute.pki.signing import VerifyingKey
+from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, JOIN_PATH, SESSION_PATH, Certificate, Command, Error,
+                                      Heartbeat, Hello, Inventory, Key, Message, Observed, ProtocolError, Renew, Result,
+                                      Spec)
+from better_compute.pki import CertificateAuthority, PkiError, renew_svid, verify_svid
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +87,6 @@ def peer_certificate(channel: Channel) -> x509.Certificate | None:
     return x509.load_der_x509_certificate(der) if der else None
 
 
-def body_field(body: dict[str, Any], name: str, kind: Any, purpose: str) -> Any:
-    value = body.get(name)
-    if not accepts(kind, value):
-        raise ProtocolError(INVALID_ARGUMENT, f"the {purpose} body's {name} is missing or of the wrong type")
-    return value
-
-
 class Session:
     """One node's open session: its messages in, its pushes out."""
 
@@ -105,7 +97,6 @@ class Session:
         self.certificate = certificate  # the newest SVID of the node: the next renewal is for its node
         self.node_id = node_id
         self.epoch = epoch
-        self.keys: list[VerifyingKey] = [check_certificate_key(certificate.public_key())]  # newest first
         self.heard = True
         self.fenced = False
         self.sent_generation: int | None = None
@@ -133,54 +124,22 @@ class Session:
                 await self.channel.answer(refused)
 
     async def handle(self, message: Message) -> None:
-        db, node_id, epoch = self.context.db, self.node_id, self.epoch
         match message:
             case Heartbeat():
                 pass
-            case Inventory(envelope):
-                await db.call("node_api.inventory_report", node_id, epoch, self.open(envelope, "inventory"))
-            case Observed(envelope):
-                body = self.open(envelope, "observed")
-                if body_field(body, "node_id", str, "observed") != str(node_id):
-                    raise ProtocolError(INVALID_ARGUMENT, "the observed body names another node",
-                                        "A node reports its own spec.")
-                await db.call("node_api.spec_observed", node_id, epoch, body_field(body, "generation", int, "observed"),
-                              Jsonb(body_field(body, "conditions", list, "observed")))
-            case Result(envelope):
-                body = self.open(envelope, "result")
-                try:
-                    command_id = UUID(body_field(body, "command_id", str, "result"))
-                except ValueError:
-                    raise ProtocolError(INVALID_ARGUMENT, "the result's command_id is not a UUID") from None
-                status = body_field(body, "status", str, "result")
-                output = body_field(body, "output", str | None, "result")
-                await db.call("node_api.command_result", node_id, epoch, command_id, status, output)
+            case Inventory(envelope) | Observed(envelope) | Result(envelope) | Key(envelope):
+                await self.context.db.call("node_api.report", self.node_id, self.epoch, Jsonb(envelope))
             case Renew(csr):
                 pem = renew_svid(self.context.ca, self.certificate, csr, self.context.clock.now(),
                                  self.context.settings.svid_lifetime)
-                # A session may outlive many SVIDs: the next renewal presents this one. What the
-                # node signed just before switching keys still verifies with the previous key.
+                # A session may outlive many SVIDs: the next renewal presents this one. A new key in
+                # it signs nothing the worker accepts until the node's `key` report is verified.
                 self.certificate = x509.load_pem_x509_certificate(pem.encode("ascii"))
-                self.keys = [check_certificate_key(self.certificate.public_key()), self.keys[0]]
-                await self.context.db.call("node_api.node_key_renewed", self.node_id, self.epoch,
-                                           self.keys[0].public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo))
                 await self.channel.send(Certificate(pem))
             case Error(code, text, _hint):
                 log.info("%s reports %s: %.300s", self, code, text)
             case _:
                 raise ProtocolError(INVALID_ARGUMENT, f"a node does not send {message.TYPE} on a session")
-
-    def open(self, envelope: Envelope, purpose: str) -> dict[str, Any]:
-        """The body of a node's envelope, when the key of its newest SVID (or of the one before,
-        renewed in this session) signed it; EnvelopeError otherwise."""
-        failure: EnvelopeError | None = None
-        for key in self.keys:
-            try:
-                return open_envelope(envelope, key, purpose)
-            except EnvelopeError as error:
-                failure = failure or error
-        assert failure is not None
-        raise failure
 
     # -- out -------------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """Signed messages (P14): relays carry them and cannot forge them.
 
-Intent going down (specs, commands) is signed by the control plane's Ed25519 intent key; results
-and inventory going up are signed by the node's key, the one its SVID certifies (ECDSA P-256), and
-checked against the public key of that certificate. An envelope is
+Intent going down (specs, commands) is signed by the control plane's Ed25519 intent key; what a
+node reports going up (inventory, observed specs, command results, a new key) is signed by the
+node's key (ECDSA P-256, the key it joined with and registered in the database), and verified by
+the worker against that registered key, never by the gateway that relays it. An envelope is
 
     {"v": 1, "purpose": "...", "body": {...}, "sig": "<base64>"}
 
@@ -13,6 +14,9 @@ signed with the body, so a signature made for one type of message never passes a
 a float's JSON spelling does not survive every hop (PostgreSQL jsonb turns 1e+16 into an integer,
 JavaScript writes 100.0 as 100), and a body re-spelled on the way no longer verifies; quantities
 travel as integers or decimal strings.
+
+A node that changes its key says so in a node.key report signed by its old key, whose body carries
+the new public key and `key_proof`: the new key's signature over that body (proof of possession).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 from better_compute.pki.keys import PkiError, check_certificate_key, describe_key, load_or_create_private_key
 
@@ -38,6 +43,7 @@ ENVELOPE_FIELDS = frozenset({"v", "purpose", "body", "sig"})
 MESSAGE_PREFIX = b"bc-v1\n"
 PURPOSE = re.compile(r"[a-z][a-z0-9_.]{0,63}")  # no newline: the purpose ends where the body starts
 BODY_BYTES_MAX = 1 << 20
+KEY_PROOF_PURPOSE = "node.key.proof"  # what a node's new key signs (key_proof)
 
 SigningKey = Ed25519PrivateKey | ec.EllipticCurvePrivateKey
 VerifyingKey = Ed25519PublicKey | ec.EllipticCurvePublicKey
@@ -86,16 +92,34 @@ def signed_message(purpose: str, body: Mapping[str, Any]) -> bytes:
     return MESSAGE_PREFIX + purpose.encode("ascii") + b"\n" + text
 
 
+def sign_message(message: bytes, key: SigningKey) -> bytes:
+    """The signature of `message` with an Ed25519 key or a node's P-256 key (ECDSA, SHA-256)."""
+    if isinstance(key, Ed25519PrivateKey):
+        return key.sign(message)
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        check_certificate_key(key.public_key())
+        return key.sign(message, ec.ECDSA(hashes.SHA256()))
+    raise PkiError(f"cannot sign with a {describe_key(key)}")
+
+
+def verify_message(signature: bytes, message: bytes, public_key: VerifyingKey, what: str) -> None:
+    """EnvelopeError unless `signature` is `public_key`'s over `message` (`what` names it in the error)."""
+    try:
+        if isinstance(public_key, Ed25519PublicKey):
+            public_key.verify(signature, message)
+        elif isinstance(public_key, ec.EllipticCurvePublicKey):
+            check_certificate_key(public_key).verify(signature, message, ec.ECDSA(hashes.SHA256()))
+        else:
+            raise EnvelopeError(f"cannot verify with a {describe_key(public_key)}")
+    except InvalidSignature:
+        raise EnvelopeError(f"the signature of {what} does not verify with the given key") from None
+    except PkiError as error:
+        raise EnvelopeError(str(error)) from None
+
+
 def sign_envelope(purpose: str, document: dict[str, Any], key: SigningKey) -> dict[str, Any]:
     """The envelope of `document` for `purpose`, signed with `key` (Ed25519, or a node's P-256 key)."""
-    message = signed_message(purpose, document)
-    if isinstance(key, Ed25519PrivateKey):
-        signature = key.sign(message)
-    elif isinstance(key, ec.EllipticCurvePrivateKey):
-        check_certificate_key(key.public_key())
-        signature = key.sign(message, ec.ECDSA(hashes.SHA256()))
-    else:
-        raise PkiError(f"cannot sign with a {describe_key(key)}")
+    signature = sign_message(signed_message(purpose, document), key)
     return {"v": ENVELOPE_VERSION, "purpose": purpose, "body": document,
             "sig": base64.b64encode(signature).decode("ascii")}
 
@@ -115,22 +139,47 @@ def open_envelope(envelope: Any, public_key: VerifyingKey, purpose: str) -> dict
         raise EnvelopeError(f"the envelope's signature is not base64: {error}") from None
     except PkiError as error:
         raise EnvelopeError(str(error)) from None
-    try:
-        if isinstance(public_key, Ed25519PublicKey):
-            public_key.verify(signature, message)
-        elif isinstance(public_key, ec.EllipticCurvePublicKey):
-            check_certificate_key(public_key).verify(signature, message, ec.ECDSA(hashes.SHA256()))
-        else:
-            raise EnvelopeError(f"cannot verify with a {describe_key(public_key)}")
-    except InvalidSignature:
-        raise EnvelopeError(f"the signature of the {purpose} envelope does not verify with the given key") from None
+    verify_message(signature, message, public_key, f"the {purpose} envelope")
     body: dict[str, Any] = envelope["body"]
     return body
 
 
+def key_proof(body: dict[str, Any], new_key: SigningKey) -> str:
+    """Proof of possession of a node's new key: the new key's signature (base64) over the body of
+    the node.key report without its proof (node id, epoch, seq, the new public key). The report
+    itself is signed by the old key, so a key changes only when both keys agree."""
+    return base64.b64encode(sign_message(signed_message(KEY_PROOF_PURPOSE, body), new_key)).decode("ascii")
+
+
+def check_key_proof(body: dict[str, Any]) -> VerifyingKey:
+    """The new key of a node.key report body (`public_key`: base64 DER) when its `proof` verifies
+    with that key; EnvelopeError otherwise."""
+    unproven = {name: value for name, value in body.items() if name != "proof"}
+    try:
+        new_key = load_der_public_key(base64.b64decode(body.get("public_key"), validate=True))
+        proof = base64.b64decode(body.get("proof"), validate=True)
+        message = signed_message(KEY_PROOF_PURPOSE, unproven)
+    except (TypeError, ValueError, PkiError) as error:
+        raise EnvelopeError(f"the new key or its proof is not readable: {error}") from None
+    verify_message(proof, message, new_key, "the new key's proof of possession")
+    return new_key
+
+
+def load_der_public_key(der: bytes) -> VerifyingKey:
+    """A public key from DER SubjectPublicKeyInfo (how the database keeps a node's key)."""
+    try:
+        return envelope_key(serialization.load_der_public_key(der))
+    except ValueError as error:
+        raise PkiError(f"not a DER public key: {error}") from None
+
+
 def load_public_key(pem: str | bytes) -> VerifyingKey:
     """A public key from PEM (how the daemon gets the intent key), when it is one envelopes use."""
-    key = serialization.load_pem_public_key(pem.encode("ascii") if isinstance(pem, str) else pem)
+    return envelope_key(serialization.load_pem_public_key(pem.encode("ascii") if isinstance(pem, str) else pem))
+
+
+def envelope_key(key: PublicKeyTypes) -> VerifyingKey:
+    """The key, when it is of a type envelopes are signed with (Ed25519, or P-256); PkiError otherwise."""
     if isinstance(key, Ed25519PublicKey):
         return key
     return check_certificate_key(key)

@@ -19,9 +19,9 @@ from better_compute.pki import IntentSigner
 from better_compute.ports.ledger import Ledger, LedgerEntry
 from better_compute.sealing import SealingError, SecretKeyring
 from better_compute.webhooks import Delivery, DeliveryResult
-from better_compute.worker.runtime import Handler, WorkItem
+from better_compute.worker.node_reports import apply_node_reports
+from better_compute.worker.runtime import AT_ONCE, Handler, WorkItem
 
-AT_ONCE = 0.0
 DELIVERIES_PER_RUN = 100  # one webhook.deliver run sends at most this many, then runs again
 DELIVERY_RUN_SECONDS = 10.0  # ... and stops after this long: short runs complete (and reset their attempts) often
 CHECKPOINTS_PER_RUN = 100  # one audit.checkpoint run signs at most this many, then runs again
@@ -38,6 +38,7 @@ def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: Audit
         "audit.checkpoint": sign_audit_checkpoints(db, signer),
         "node.spec.sign": sign_node_spec(db, intent),
         "node.command.sign": sign_node_command(db, intent),
+        "node.reports": apply_node_reports(db),
         "work.prune": sweep(db, "worker_api.work_prune"),
         "reservations.expire": batched_sweep(db, "worker_api.reservations_expire"),
         "admissions.expire": batched_sweep(db, "worker_api.admissions_expire"),

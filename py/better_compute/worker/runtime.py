@@ -66,6 +66,7 @@ class WorkItem:
 Handler = Callable[[WorkItem], float | None]
 """Does an item's work. Returns None (done; a periodic kind runs again after its period) or the
 seconds after which the item runs again. Raising fails the item: it backs off and is retried."""
+AT_ONCE = 0.0  # what a Handler returns to run again at once (a bounded batch left more to do)
 
 
 @dataclass(frozen=True)
