@@ -1108,7 +1108,6 @@ CREATE OR REPLACE VIEW ops.atom_holders AS
                           WHERE b.atom_id = a.atom_id AND b.state IN ('provisional', 'active') AND lower(b.during) > now_.t
                           ORDER BY lower(b.during) LIMIT 1) AS nxt ON true
      WHERE a.valid @> now_.t;
-
 -- fleet: absent devices are found by index (placement's and capacity's NOT EXISTS probes).
 CREATE INDEX devices_absent ON compute.devices (device_id) WHERE NOT present;
 

@@ -953,7 +953,6 @@ CREATE OR REPLACE VIEW ops.atom_holders AS
                           WHERE b.atom_id = a.atom_id AND b.state IN ('provisional', 'active') AND lower(b.during) > now_.t
                           ORDER BY lower(b.during) LIMIT 1) AS nxt ON true
      WHERE a.valid @> now_.t;
-
 DROP FUNCTION compute.capacity_earliest_start(uuid, text, integer, interval, timestamptz, timestamptz);
 DROP FUNCTION compute.node_get(uuid);
 DROP FUNCTION compute.pool_get(uuid);
