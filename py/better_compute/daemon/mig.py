@@ -19,9 +19,9 @@ such a layout change already; the daemon checks its own spec again): a whole-GPU
 mode change, a MIG booking blocks destroying its instance. Other GPUs of the node keep serving: no
 node-wide drain.
 
-What a pass ends in is reported as the GPU's conditions: MigConverged (the GPU is as the spec says),
+What a pass ends in is the GPU's conditions: MigConverged (the GPU is as the spec says),
 MigPendingReset (a mode change waits for a reset), MigFailed (a driver call failed: its reason and
-message).
+message); the daemon reports those that are not normal (not_normal).
 """
 
 from __future__ import annotations
@@ -148,6 +148,13 @@ class Outcome:
 def condition(gpu_uuid: str, kind: str, status: bool, reason: str, message: str) -> dict[str, Any]:
     """A per-GPU condition as node.observed reports it (sql: compute.device_conditions)."""
     return {"gpu_uuid": gpu_uuid, "type": kind, "status": status, "reason": reason, "message": message[:MESSAGE_CHARS]}
+
+
+def not_normal(condition: dict[str, Any]) -> bool:
+    """Whether a GPU condition says something is not as it should be (MigConverged false, any other
+    type true). Only those are reported: the node reports its whole set each time, so one it leaves
+    out is normal again (sql: compute.device_conditions_reported), and a healthy node reports []."""
+    return condition["status"] is not (condition["type"] == "MigConverged")
 
 
 def booked(devices: list[Any], gpu_uuid: str) -> tuple[bool, set[tuple[str, int]]]:

@@ -39,7 +39,7 @@ from better_compute.daemon.cdi import (SPEC_DIRS, CdiError, CdiSpec, build_spec,
                                        withdraw, write_spec)
 from better_compute.daemon.drivers import InventoryDriver, InventoryError
 from better_compute.daemon.journal import DEFAULT_BOUND, Journal
-from better_compute.daemon.mig import converge_all
+from better_compute.daemon.mig import converge_all, not_normal
 from better_compute.daemon.state import Credentials, NodeState
 from better_compute.daemon.telemetry import Telemetry
 from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT, NODE_MESSAGE_BYTES, OBSERVED_REPORT,
@@ -248,7 +248,7 @@ class Daemon:
                 conditions += health()
             except InventoryError as error:
                 log.warning("GPU health not read: %s", error)
-        return any(outcome.changed for outcome in outcomes), conditions
+        return any(outcome.changed for outcome in outcomes), [c for c in conditions if not_normal(c)]
 
     def reconcile(self) -> list[Message]:
         """Level-triggered between specs: the CDI file back to the newest verified spec, the GPUs'
