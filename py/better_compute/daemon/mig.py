@@ -246,13 +246,14 @@ def _create_wanted(driver: MigDriver, gpu_uuid: str, state: MigState, desired: D
             outcome.changed = True
             outcome.steps.append(f"created {profile}@{placement}")
             log.info("GPU %s: created GPU instance %d (%s@%d)", gpu_uuid, gi, profile, placement)
-        elif instance.cis:
+            # Some drivers make the compute instance in the same call (nvidia-smi -cgi ... -C).
+            instance = next((i for i in driver.mig_state(gpu_uuid).instances if i.gi == gi),
+                            GpuInstance(gi, profile, placement))
+        if instance.cis:
             continue
-        else:
-            gi = instance.gi
-        driver.create_compute_instance(gpu_uuid, gi)
+        driver.create_compute_instance(gpu_uuid, instance.gi)
         outcome.changed = True
-        log.info("GPU %s: created the compute instance of GPU instance %d", gpu_uuid, gi)
+        log.info("GPU %s: created the compute instance of GPU instance %d", gpu_uuid, instance.gi)
 
 
 def converge_all(driver: Any, gpus: list[Any], devices: list[Any]) -> list[Outcome]:
