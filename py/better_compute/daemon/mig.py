@@ -30,6 +30,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from better_compute.daemon.drivers import InventoryError
+
 log = logging.getLogger(__name__)
 
 ENABLED, DISABLED = "enabled", "disabled"
@@ -194,9 +196,10 @@ def converge(driver: MigDriver, gpu_uuid: str, desired: Desired, devices: list[A
         if state.mode == ENABLED:
             _create_wanted(driver, gpu_uuid, state, desired, outcome)
         outcome.converged = matches(driver.mig_state(gpu_uuid), desired) and outcome.blocked is None
-    except MigError as error:
-        log.warning("GPU %s: MIG not converged: %s (%s)", gpu_uuid, error, error.reason)
-        outcome.failure = error
+    except (MigError, InventoryError) as error:
+        failure = error if isinstance(error, MigError) else MigError("DriverFailed", str(error))
+        log.warning("GPU %s: MIG not converged: %s (%s)", gpu_uuid, failure, failure.reason)
+        outcome.failure = failure
         if not outcome.pending_reset:
             outcome.pending_reset = _pending(driver, gpu_uuid)
     return outcome
@@ -205,7 +208,7 @@ def converge(driver: MigDriver, gpu_uuid: str, desired: Desired, devices: list[A
 def _pending(driver: MigDriver, gpu_uuid: str) -> bool:
     try:
         return driver.mig_state(gpu_uuid).pending is not None
-    except MigError:
+    except (MigError, InventoryError):
         return False
 
 

@@ -131,6 +131,7 @@ class Daemon:
         self.applied: tuple[int, list[Any]] | None = None
         self.gpus: list[Any] = []  # the newest verified spec's GPUs (MIG layout), which the GPUs follow
         self.reported: list[dict[str, Any]] | None = None  # the conditions last reported
+        self.inventory_due = False  # a GPU changed and the inventory saying so is not sent yet
         self.epoch = 0  # of the session open now (its hello), and the number of the last report sent in it
         self.seq = 0
 
@@ -219,7 +220,7 @@ class Daemon:
             return []
         self.gpus = spec["gpus"] if isinstance(spec.get("gpus"), list) else []
         changed, gpu_conditions = self.converge_gpus(spec["devices"])
-        first = [self.inventory()] if changed else []
+        first = self.inventory_after_change(changed)
         try:
             cdi = self.cdi_spec(generation, spec["devices"])
             write_spec(cdi, self.cdi_path)
@@ -250,6 +251,20 @@ class Daemon:
                 log.warning("GPU health not read: %s", error)
         return any(outcome.changed for outcome in outcomes), [c for c in conditions if not_normal(c)]
 
+    def inventory_after_change(self, changed: bool) -> list[Message]:
+        """A fresh inventory after a GPU changed (the database learns its MIG devices); when the
+        driver cannot read it now, the next pass tries again."""
+        self.inventory_due = self.inventory_due or changed
+        if not self.inventory_due:
+            return []
+        try:
+            inventory = self.inventory()
+        except InventoryError as error:
+            log.warning("inventory after a MIG change not sent yet: %s", error)
+            return []
+        self.inventory_due = False
+        return [inventory]
+
     def reconcile(self) -> list[Message]:
         """Level-triggered between specs: the CDI file back to the newest verified spec, the GPUs'
         MIG layouts towards it, and health. What to send: a fresh inventory when a GPU changed, an
@@ -259,13 +274,13 @@ class Daemon:
             return []
         generation, devices = self.applied
         changed, gpu_conditions = self.converge_gpus(devices)
-        messages: list[Message] = [self.inventory()] if changed else []
+        messages = self.inventory_after_change(changed)
         try:
             cdi_conditions = spec_conditions(self.cdi_spec(generation, devices))
         except (InventoryError, CdiError) as error:
             cdi_conditions = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
         conditions = cdi_conditions + gpu_conditions
-        if changed or conditions != self.reported:
+        if messages or conditions != self.reported:
             messages.append(self.observed(self.journal.last_generation, conditions))
         return messages
 
