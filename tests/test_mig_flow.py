@@ -1,4 +1,5 @@
-"""A MIG layout change scheduled in the database reaches a real bcd at its time and the node's fake
+"""A real bcd SIGKILLed in the middle of a MIG layout change: the next one finishes it, no stray
+instance. A MIG layout change scheduled in the database reaches a real bcd at its time and the node's fake
 GPU converges, while the node's other GPU keeps its booking and its CDI device throughout; then an
 injected Xid 79 on that other GPU keeps it out of new placements, changes no booking, and shows to
 the operator (ops.nodes) and to the tenant (its reservation's device). Real processes: relay,
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 
 from better_compute.daemon.drivers import fake
+from better_compute.daemon.mig import MigState
 from fleet import H200_MODEL
 from gateway_support import GatewayProcess, running_gateway, running_worker_process
 from iam_server import statement, write_static_iam
@@ -81,8 +83,23 @@ def test_a_scheduled_layout_converges_on_one_gpu_while_the_other_keeps_serving_t
     serving, changing = fake.gpu_uuid(HOST, 0), fake.gpu_uuid(HOST, 1)
     gpus = fake.Driver(tmp_path / "two-h200.json", hostname=HOST, gpu_state=tmp_path / "gpus.json")
 
+    # bcd SIGKILLed in the middle of a layout change (each MIG call takes 0.2 s): the next bcd finishes it.
+    with running_bcd(gateway, node.state_dir, HOST, node.cdi_path, ["--reconcile-seconds", "0.5"],
+                     [*driver_options, "--driver-option", "mig_delay=0.2"]) as doomed:
+        wait_until(lambda: converged(sql, node, []), "the first spec observed", doomed.log)
+        sql.execute("SELECT ops.device_set_layout(%s, %s)", (changing, "mig:1g.18gb@0,1g.18gb@1,2g.35gb@2,3g.71gb@4"))
+        wait_until(lambda: "created GPU instance 2" in doomed.log(), "the change under way", doomed.log)
+        doomed.process.kill()
+        doomed.process.wait()
+    midway = gpus.mig_state(changing)
+    assert len(midway.instances) < 4 or not all(i.cis for i in midway.instances), f"killed too late: {midway}"
+
     with running_bcd(gateway, node.state_dir, HOST, node.cdi_path, ["--reconcile-seconds", "0.5"], driver_options) as daemon:
-        wait_until(lambda: converged(sql, node, []), "the first spec observed", daemon.log)
+        wait_until(lambda: sorted((i.key, len(i.cis)) for i in gpus.mig_state(changing).instances)
+                   == [(("1g.18gb", 0), 1), (("1g.18gb", 1), 1), (("2g.35gb", 2), 1), (("3g.71gb", 4), 1)],
+                   "the change finished by the next bcd, each GPU instance with one compute instance", daemon.log)
+        sql.execute("SELECT ops.device_set_layout(%s, 'whole')", (changing,))
+        wait_until(lambda: gpus.mig_state(changing) == MigState(mode="disabled"), "the GPU whole again", daemon.log)
         end = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
         held = call(relay, "reservations.create", {"pool_id": pool, "shape": "gpu", "count": 1, "end": end})
         assert held["bookings"][0]["device_uuid"] == serving
