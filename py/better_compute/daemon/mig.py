@@ -266,7 +266,11 @@ def converge_all(driver: Any, gpus: list[Any], devices: list[Any]) -> list[Outco
         return []
     outcomes = []
     for entry in gpus:
-        desired = Desired.of(entry) if isinstance(entry, dict) else None
+        try:
+            desired = Desired.of(entry) if isinstance(entry, dict) else None
+        except (KeyError, TypeError, ValueError) as error:
+            log.error("a spec GPU entry that names no MIG layout is left alone: %.200s (%s)", entry, error)
+            continue
         if desired is not None and isinstance(entry.get("uuid"), str):
             outcomes.append(converge(driver, entry["uuid"], desired, devices))
     return outcomes
