@@ -1,6 +1,7 @@
 -- Placement (DESIGN §6): which atoms a request gets. SQL, in four steps:
 --   1. candidates  up to placement_candidates free atoms of the shape, valid for the whole window, on
---                  present GPUs of nodes without flags, in the pool's static order (pack: node by
+--                  present GPUs without a critical condition (compute.device_conditions: not converged
+--                  to the layout valid now, MIG failed, a fault) of nodes without flags, in the pool's static order (pack: node by
 --                  node; spread: GPU index across nodes), so the scan walks an index and stops early;
 --   2. choose      the fewest nodes: one node that fits the whole request if any (pack: the most used
 --                  such node, spread: the least used), NVLink peers first within the node; otherwise
@@ -70,10 +71,12 @@ AS $$
 BEGIN
     RETURN p_atom.valid @> p_during
        AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_atom.node_id)
-       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present);
+       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present)
+       AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = p_atom.device_id AND k.critical);
 END
 $$;
-COMMENT ON FUNCTION compute.atom_is_schedulable(compute.atoms, tstzrange) IS 'Valid for the whole window, on a present GPU of a node without flags.';
+COMMENT ON FUNCTION compute.atom_is_schedulable(compute.atoms, tstzrange) IS
+    'Valid for the whole window, on a present GPU without a critical condition, of a node without flags.';
 
 CREATE FUNCTION compute.place_candidates(p_pool_id uuid, p_shape text, p_during tstzrange, p_spread boolean,
                                          p_skip uuid[], p_limit bigint)
@@ -98,6 +101,7 @@ BEGIN
                    AND lower(a.valid) <= lower(p_during) AND (upper_inf(a.valid) OR upper(a.valid) >= upper(p_during))
                    AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
                    AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
+                   AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = a.device_id AND k.critical)
                    AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
                                     WHERE b.site_id = a.site_id AND b.device_id = a.device_id AND b.slices && a.slices
                                       AND b.shares && a.shares AND b.during && p_during AND b.state IN ('provisional', 'active')
@@ -114,6 +118,7 @@ BEGIN
                    AND lower(a.valid) <= lower(p_during) AND (upper_inf(a.valid) OR upper(a.valid) >= upper(p_during))
                    AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
                    AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
+                   AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = a.device_id AND k.critical)
                    AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
                                     WHERE b.site_id = a.site_id AND b.device_id = a.device_id AND b.slices && a.slices
                                       AND b.shares && a.shares AND b.during && p_during AND b.state IN ('provisional', 'active')
@@ -183,7 +188,7 @@ AS $$
         WHEN (SELECT count(*) FROM a) = 0 THEN
             pg_catalog.format('No GPU of this pool is laid out as %s during the window.', p_shape)
         WHEN (SELECT count(*) FILTER (WHERE schedulable) FROM a) < p_count THEN
-            pg_catalog.format('Only %s atoms of shape %s are schedulable for the whole window (%s more are on cordoned, draining or quarantined nodes, absent GPUs, or change layout within it).',
+            pg_catalog.format('Only %s atoms of shape %s are schedulable for the whole window (%s more are on cordoned, draining or quarantined nodes, absent GPUs, GPUs with a critical condition (ops.nodes), or change layout within it).',
                               (SELECT count(*) FILTER (WHERE schedulable) FROM a), p_shape,
                               (SELECT count(*) FILTER (WHERE NOT schedulable) FROM a))
         WHEN (SELECT count(*) FILTER (WHERE free) FROM a) < p_count THEN

@@ -153,7 +153,11 @@ BEGIN
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'atom_id', a.atom_id, 'node', n.name, 'device_uuid', d.uuid, 'kind', a.kind,
                        'profile', a.profile, 'placement', a.placement, 'slot', a.slot,
-                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', b.state)
+                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', b.state,
+                       'conditions', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                                                 'type', c.type, 'status', c.status, 'critical', c.critical, 'reason', c.reason,
+                                                 'message', c.message, 'since', c.since) ORDER BY c.type), '[]')
+                                        FROM compute.device_conditions AS c WHERE c.device_id = d.device_id))
                    ORDER BY n.name, d.index, a.placement, a.slot)
               FROM compute.bookings AS b
               JOIN compute.atoms AS a ON a.atom_id = b.atom_id

@@ -21,12 +21,21 @@ CREATE VIEW ops.nodes AS
            coalesce(ns.closed_at IS NULL
                     AND ns.last_heard_at > ops.now() - (SELECT l.value FROM compute.limits AS l WHERE l.name = 'session_timeout_seconds')
                                                        * interval '1 second', false) AS connected,
-           round(extract(epoch FROM ops.now() - ns.last_heard_at)::numeric, 1) AS last_heard_seconds
+           round(extract(epoch FROM ops.now() - ns.last_heard_at)::numeric, 1) AS last_heard_seconds,
+           (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('gpu_uuid', d.uuid, 'index', d.index, 'type', c.type,
+                                                                      'status', c.status, 'critical', c.critical, 'reason', c.reason,
+                                                                      'message', c.message, 'by', c.set_by, 'since', c.since,
+                                                                      'reported_at', c.reported_at, 'generation', c.generation)
+                                        ORDER BY d.index, c.type)
+              FROM compute.device_conditions AS c JOIN compute.devices AS d ON d.device_id = c.device_id
+             WHERE d.node_id = n.node_id) AS gpu_conditions,
+           (SELECT count(DISTINCT c.device_id) FROM compute.device_conditions AS c JOIN compute.devices AS d ON d.device_id = c.device_id
+             WHERE d.node_id = n.node_id AND c.critical) AS gpus_unschedulable
       FROM compute.nodes AS n
       JOIN compute.pools AS p ON p.pool_id = n.pool_id
       JOIN compute.sites AS s ON s.site_id = n.site_id
       LEFT JOIN compute.node_sessions AS ns ON ns.node_id = n.node_id;
-COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when), drain state (draining until no booking is live now), connected and the age since last heard.';
+COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when), drain state (draining until no booking is live now), connected and the age since last heard, its GPUs'' conditions (who, why, since when) and how many GPUs a critical one keeps out of placement.';
 
 CREATE VIEW ops.pool_capacity AS
     WITH now_ AS (SELECT ops.now() AS t)

@@ -29,15 +29,20 @@ CREATE FUNCTION compute.node_spec_document(p_node_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_now timestamptz := compute.compute_now();
 BEGIN
     -- What the node should expose at compute_now: each atom of an active booking that holds now; a
     -- MIG atom with the UUID of the MIG device it is, which the daemon checks against its own
     -- inventory with the profile and placement (a null cdi_name: not exposed, a condition).
-    RETURN (SELECT pg_catalog.jsonb_build_object('node_id', p_node_id, 'devices', coalesce(pg_catalog.jsonb_agg(
+    -- And per present GPU, the layout valid now and since when; for a MIG-capable GPU the MIG mode
+    -- and GPU instances (profile@placement) it must have, which the daemon converges (issue 13).
+    RETURN pg_catalog.jsonb_build_object('node_id', p_node_id,
+        'devices', (SELECT coalesce(pg_catalog.jsonb_agg(
                        pg_catalog.jsonb_build_object('device_uuid', x.uuid, 'index', x.index, 'kind', x.kind, 'profile', x.profile,
                            'placement', x.placement, 'slot', x.slot, 'cdi_name', compute.cdi_name(x.kind, x.uuid, x.mig_uuid),
                            'mig_uuid', x.mig_uuid, 'reservation_id', x.reservation_id, 'until', x.until)
-                       ORDER BY x.index, x.placement, x.slot), '[]'))
+                       ORDER BY x.index, x.placement, x.slot), '[]')
               FROM (SELECT d.uuid, d.index, a.kind, a.profile, a.placement, a.slot, b.reservation_id, upper(b.during) AS until,
                            CASE WHEN a.kind = 'mig' THEN compute.inventory_mig_uuid(n.inventory, d.uuid, a.profile, a.placement) END
                                AS mig_uuid
@@ -45,11 +50,25 @@ BEGIN
                       JOIN compute.atoms AS a ON a.atom_id = b.atom_id
                       JOIN compute.devices AS d ON d.device_id = b.device_id
                       JOIN compute.nodes AS n ON n.node_id = b.node_id
-                     WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> compute.compute_now()
-                    OFFSET 0) AS x);  -- OFFSET 0: the subquery stays one, so mig_uuid is computed once per row
+                     WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> v_now
+                    OFFSET 0) AS x),  -- OFFSET 0: the subquery stays one, so mig_uuid is computed once per row
+        'gpus', (SELECT coalesce(pg_catalog.jsonb_agg(
+                    pg_catalog.jsonb_build_object('uuid', d.uuid, 'index', d.index, 'layout', l.layout, 'since', l.since,
+                        'mig', CASE WHEN d.mig_supported THEN pg_catalog.jsonb_build_object(
+                                   'mode', CASE WHEN l.layout LIKE 'mig:%' THEN 'enabled' ELSE 'disabled' END,
+                                   'instances', CASE WHEN l.layout LIKE 'mig:%' THEN
+                                       (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                                                   'profile', pg_catalog.split_part(i, '@', 1),
+                                                   'placement', pg_catalog.split_part(i, '@', 2)::integer))
+                                          FROM pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.substr(l.layout, 5), ',')) AS i)
+                                       ELSE '[]'::jsonb END) END)
+                    ORDER BY d.index), '[]')
+              FROM compute.devices AS d
+              CROSS JOIN LATERAL compute.device_layout_at(d.device_id, v_now) AS l
+             WHERE d.node_id = p_node_id AND d.present));
 END
 $$;
-COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation.';
+COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation, and each GPU''s layout (MIG mode and instances).';
 
 CREATE FUNCTION compute.node_spec_refresh(p_node_id uuid)
 RETURNS bigint
@@ -72,6 +91,24 @@ BEGIN
     IF v_document IS DISTINCT FROM v_spec.spec THEN
         UPDATE compute.node_specs SET generation = generation + 1, spec = v_document, changed_at = compute.compute_now()
          WHERE node_id = p_node_id RETURNING generation INTO v_generation;
+        -- A GPU whose MIG layout changes is not converged until its node says so for this generation
+        -- or a later one (placement leaves it out meanwhile): only on a node whose daemon
+        -- acknowledges specs, and for a GPU the previous spec already listed.
+        IF v_spec.observed_generation IS NOT NULL THEN
+            INSERT INTO compute.device_conditions AS x (device_id, type, status, reason, message, generation, set_by, since, reported_at)
+            SELECT d.device_id, 'MigConverged', false, 'LayoutChanged',
+                   pg_catalog.format('layout %s holds from %s: waiting for the node to converge', g ->> 'layout', g ->> 'since'),
+                   v_generation, 'control-plane', compute.compute_now(), compute.compute_now()
+              FROM pg_catalog.jsonb_array_elements(v_document -> 'gpus') AS g
+              JOIN pg_catalog.jsonb_array_elements(coalesce(v_spec.spec -> 'gpus', '[]')) AS o ON o ->> 'uuid' = g ->> 'uuid'
+              JOIN compute.devices AS d ON d.uuid = g ->> 'uuid'
+             WHERE g -> 'mig' IS DISTINCT FROM o -> 'mig' AND pg_catalog.jsonb_typeof(g -> 'mig') = 'object'
+             ORDER BY d.device_id
+            ON CONFLICT ON CONSTRAINT device_conditions_pkey DO UPDATE
+                SET status = false, reason = EXCLUDED.reason, message = EXCLUDED.message, generation = EXCLUDED.generation,
+                    set_by = EXCLUDED.set_by, reported_at = EXCLUDED.reported_at,
+                    since = CASE WHEN x.status THEN EXCLUDED.since ELSE x.since END;
+        END IF;
     END IF;
     IF v_spec.signed_generation IS DISTINCT FROM v_generation THEN
         PERFORM compute.work_poke('node.spec.sign', p_node_id::text);
@@ -142,12 +179,18 @@ DECLARE
 BEGIN
     -- Time passing changes specs without a row changing: bookings that started or ended within
     -- the last node_spec_tick_window_seconds (the tick runs far more often than that).
+    -- And GPUs whose scheduled layout change took effect (atoms that started or ended).
     FOR v_node_id IN
-        SELECT DISTINCT b.node_id FROM compute.bookings AS b
-         WHERE b.state = 'active'
-           AND (lower(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]')
-             OR upper(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]'))
-         ORDER BY b.node_id LIMIT compute.limit('sweep_batch')
+        SELECT x.node_id FROM (
+            SELECT b.node_id FROM compute.bookings AS b
+             WHERE b.state = 'active'
+               AND (lower(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]')
+                 OR upper(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]'))
+            UNION
+            SELECT a.node_id FROM compute.atoms AS a
+             WHERE lower(a.valid) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]')
+                OR upper(a.valid) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]')) AS x
+         ORDER BY x.node_id LIMIT compute.limit('sweep_batch')
     LOOP
         IF compute.node_spec_refresh(v_node_id)
            IS DISTINCT FROM (SELECT s.generation FROM compute.node_specs AS s WHERE s.node_id = v_node_id) THEN
@@ -157,7 +200,7 @@ BEGIN
     RETURN v_changed;
 END
 $$;
-COMMENT ON FUNCTION compute.node_specs_tick() IS 'Sweep: refresh the specs of nodes whose bookings started or ended by time passing.';
+COMMENT ON FUNCTION compute.node_specs_tick() IS 'Sweep: refresh the specs of nodes whose bookings started or ended, or whose GPUs changed layout, by time passing.';
 
 CREATE FUNCTION compute.node_specs_lagging()
 RETURNS integer

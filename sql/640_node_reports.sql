@@ -74,9 +74,11 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('generation %s was never sent to node %s', p_generation, p_node_id),
             'Report the generation of the spec you applied.');
     END IF;
+    -- Entries with a gpu_uuid are that GPU's conditions (compute.device_conditions).
+    PERFORM compute.device_conditions_reported(p_node_id, p_generation, p_conditions);
 END
 $$;
-COMMENT ON FUNCTION compute.node_spec_observed(uuid, bigint, jsonb) IS 'A node applied a spec generation (verified report); its conditions.';
+COMMENT ON FUNCTION compute.node_spec_observed(uuid, bigint, jsonb) IS 'A node applied a spec generation (verified report); its conditions, those of its GPUs per GPU.';
 
 CREATE FUNCTION compute.node_command_result(p_node_id uuid, p_command_id uuid, p_status text, p_output text)
 RETURNS boolean

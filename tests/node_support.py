@@ -60,13 +60,14 @@ class RunningDaemon:
 
 @contextmanager
 def running_bcd(gateway: GatewayProcess, state_dir: Path, hostname: str, cdi_path: Path,
-                extra: Sequence[str] = ()) -> Iterator[RunningDaemon]:
-    """`bcd run` (fake driver, and `extra` options); SIGTERM, then SIGKILL, when the block ends and it
-    still runs."""
+                extra: Sequence[str] = (), driver: Sequence[str] | None = None) -> Iterator[RunningDaemon]:
+    """`bcd run` (fake driver, or the `driver` options given, and `extra` options); SIGTERM, then
+    SIGKILL, when the block ends and it still runs."""
     log_path = Path(tempfile.mkstemp(prefix="bcd-", suffix=".log")[1])
     with log_path.open("wb") as log_file:
         process = subprocess.Popen([str(BCD), "run", "--gateway", gateway.url, "--state-dir", str(state_dir),
-                                    "--cdi-path", str(cdi_path), *fake_driver(hostname), *extra],
+                                    "--cdi-path", str(cdi_path), *(fake_driver(hostname) if driver is None else driver),
+                                    *extra],
                                    stdout=subprocess.DEVNULL, stderr=log_file, cwd=REPO,
                                    env={**os.environ, "PYTHONPATH": str(REPO / "py")})
     try:

@@ -736,3 +736,45 @@ def test_a_re_laid_gpu_exposes_no_older_instance_to_a_new_booking(node: Node, sq
     [condition] = node.opened(observed)["conditions"]
     assert condition["type"] == "DevicesUnresolved" and condition["devices"] == [f"mig 1g.18gb@0 of {GPU}"]
     assert not node.cdi_path.exists()
+
+
+def mig_spec(node: Node, generation: int, layout: list[tuple[str, int]], *devices: dict[str, Any]) -> Spec:
+    """A spec whose `gpus` entry asks GPU 0 for the MIG instances `layout` (sql's node_spec_document)."""
+    gpus = [{"uuid": GPU, "index": 0, "layout": "mig", "mig": {
+        "mode": "enabled", "instances": [{"profile": profile, "placement": at} for profile, at in layout]}}]
+    body = {"node_id": str(node.node_id), "generation": generation,
+            "spec": {"node_id": str(node.node_id), "devices": list(devices), "gpus": gpus}}
+    return Spec(node.intent.sign("spec", body))
+
+
+@pytest.fixture
+def idle_node(node: Node) -> Node:
+    """The node, with no process on its GPU (one would hold a MIG mode change pending a reset)."""
+    node.driver = FlakyDriver(H200_INVENTORY, hostname=HOSTNAME)
+    return node
+
+
+def test_a_spec_with_a_mig_layout_changes_the_gpu_reports_its_inventory_then_acknowledges(idle_node: Node) -> None:
+    node = idle_node
+    daemon = node.daemon()
+    inventory, observed = daemon.handle(mig_spec(node, 3, [("3g.71gb", 0), ("3g.71gb", 4)]))
+    instances = node.opened(inventory)["inventory"]["devices"][0]["mig"]["instances"]
+    assert [(i["profile"], i["placement"]) for i in instances] == [("3g.71gb", 0), ("3g.71gb", 4)]
+    assert node.opened(observed) == {"generation": 3, "conditions": []}, "converged: nothing abnormal to say"
+    assert daemon.handle(mig_spec(node, 3, [("3g.71gb", 0), ("3g.71gb", 4)]))[0].TYPE == "observed", "no change, no inventory"
+
+
+def test_a_mig_failure_and_an_injected_xid_are_reported_per_gpu(idle_node: Node) -> None:
+    node = idle_node
+    daemon = node.daemon()
+    node.driver.inject(GPU, insufficient_resources=True, xid=[79])
+    inventory, observed = daemon.handle(mig_spec(node, 3, [("3g.71gb", 4)]))  # MIG mode was enabled: a change
+    reported = {(c["gpu_uuid"], c["type"], c["status"], c["reason"]) for c in node.opened(observed)["conditions"]}
+    assert reported == {(GPU, "MigConverged", False, "InsufficientResources"), (GPU, "MigFailed", True, "InsufficientResources"),
+                        (GPU, "FallenOffBus", True, "Xid79")}
+    node.driver.inject(GPU, insufficient_resources=None, xid=None)
+    inventory, again = daemon.reconcile()
+    assert [(i["profile"], i["placement"]) for i in node.opened(inventory)["inventory"]["devices"][0]["mig"]["instances"]] \
+        == [("3g.71gb", 4)]
+    assert node.opened(again)["conditions"] == [], "the next pass converges and says so"
+    assert daemon.reconcile() == [], "nothing changed since: nothing sent"

@@ -354,7 +354,13 @@ def test_live_nvml_layer_calls_only_what_nvidia_ml_py_has() -> None:
     pynvml = pytest.importorskip("pynvml")
     used = set(re.findall(r"\bnvml\.((?:c_)?(?:nvml|NVML)\w+)", Path(nvml.__file__).read_text()))
     assert used and {name for name in used if not hasattr(pynvml, name)} == set()
-    assert not any(re.match(r"nvml(Device|GpuInstance)Set|nvmlDeviceCreate|Destroy", name) for name in used)
+    # What changes a GPU: only the MIG calls (issue 13), and only in NvmlMig, which daemon/mig.py drives.
+    changing = {name for name in used if re.search(r"^nvml(Device|GpuInstance)(Set|Create)|Destroy$", name)}
+    assert changing == {"nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstanceWithPlacement",
+                        "nvmlGpuInstanceCreateComputeInstance", "nvmlComputeInstanceDestroy", "nvmlGpuInstanceDestroy"}
+    source = Path(nvml.__file__).read_text()
+    mig_class = source[source.index("class NvmlMig"):source.index("\ndef ", source.index("class NvmlMig"))]
+    assert all(source.count(f"nvml.{name}(") == mig_class.count(f"nvml.{name}(") for name in changing)
 
 
 def test_fake_driver_makes_distinct_nodes_of_one_recording(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from better_compute.daemon.cdi import DEFAULT_PATH as DEFAULT_CDI_PATH
 from better_compute.daemon.drivers import DRIVERS, InventoryDriver, InventoryError, driver
 from better_compute.daemon.join import AlreadyJoined, JoinRefused, join
 from better_compute.daemon.journal import DEFAULT_BOUND, JournalError
-from better_compute.daemon.runtime import UNREACHABLE, Daemon, endpoint, run_until_signalled
+from better_compute.daemon.runtime import DRIFT_SECONDS, UNREACHABLE, Daemon, endpoint, run_until_signalled
 from better_compute.daemon.state import DEFAULT_STATE_DIR, NodeState, NotJoined
 from better_compute.daemon.telemetry import DEFAULT_INTERVAL_SECONDS, Telemetry, check_url
 from better_compute.nodeproto import ProtocolError
@@ -121,16 +121,19 @@ def run_command(
         None, callback=metrics_url_checked, help="Push GPU metrics here with Prometheus remote write, e.g. http://prometheus:9090/api/v1/write "
                    "(off when not given)."),
     metrics_interval: float = typer.Option(DEFAULT_INTERVAL_SECONDS, min=0.1, help="Seconds between metric samples."),
+    reconcile_seconds: float = typer.Option(DRIFT_SECONDS, min=0.1, help="Seconds between checks of the CDI file, the "
+                                            "GPUs' MIG layouts and their health against the newest spec."),
 ) -> None:
     """Hold a session with the gateway until SIGTERM or SIGINT.
 
-    Converges the CDI file to each signed spec, runs each signed command once, renews the SVID, and
-    pushes GPU metrics to --metrics-url when given."""
+    Converges the CDI file and each GPU's MIG layout to each signed spec, reports GPU health, runs
+    each signed command once, renews the SVID, and pushes GPU metrics to --metrics-url when given."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per metrics push otherwise
     chosen = chosen_driver(name, options, "'--driver-option'")
     try:
-        daemon = Daemon(NodeState(state_dir), chosen, cdi_path, journal_bound=journal_bound)
+        daemon = Daemon(NodeState(state_dir), chosen, cdi_path, journal_bound=journal_bound,
+                        reconcile_seconds=reconcile_seconds)
     except (NotJoined, JournalError, PkiError, ValueError, OSError) as error:
         raise fail(str(error)) from error
     telemetry = None if metrics_url is None else Telemetry(

@@ -39,6 +39,7 @@ from better_compute.daemon.cdi import (SPEC_DIRS, CdiError, CdiSpec, build_spec,
                                        withdraw, write_spec)
 from better_compute.daemon.drivers import InventoryDriver, InventoryError
 from better_compute.daemon.journal import DEFAULT_BOUND, Journal
+from better_compute.daemon.mig import converge_all, not_normal
 from better_compute.daemon.state import Credentials, NodeState
 from better_compute.daemon.telemetry import Telemetry
 from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT, NODE_MESSAGE_BYTES, OBSERVED_REPORT,
@@ -114,19 +115,23 @@ class Daemon:
     """One node's behaviour: what it sends, and what it answers to each message from the gateway."""
 
     def __init__(self, state: NodeState, driver: InventoryDriver, cdi_path: Path, clock: Clock = wall_clock,
-                 journal_bound: int = DEFAULT_BOUND) -> None:
+                 journal_bound: int = DEFAULT_BOUND, reconcile_seconds: float = DRIFT_SECONDS) -> None:
         self.state = state
         self.credentials: Credentials = state.load()  # NotJoined before anything is made in the directory
         self.driver = driver
         self.journal = Journal(state.directory, journal_bound)
         self.cdi_path = cdi_path
         self.clock = clock
+        self.reconcile_seconds = reconcile_seconds  # how often the CDI file, MIG layouts and health are checked
         self.connected = False
         self.specs_applied = 0
         # Generation and devices of the newest verified spec, which the CDI file follows: the one
         # applied last, or a newer one that could not be applied (the drift check must not bring back
         # what it no longer grants).
         self.applied: tuple[int, list[Any]] | None = None
+        self.gpus: list[Any] = []  # the newest verified spec's GPUs (MIG layout), which the GPUs follow
+        self.reported: list[dict[str, Any]] | None = None  # the conditions last reported
+        self.inventory_due = False  # a GPU changed and the inventory saying so is not sent yet
         self.epoch = 0  # of the session open now (its hello), and the number of the last report sent in it
         self.seq = 0
 
@@ -213,6 +218,9 @@ class Daemon:
         if last is not None and generation < last:
             log.info("spec generation %d is older than the applied %d: skipped", generation, last)
             return []
+        self.gpus = spec["gpus"] if isinstance(spec.get("gpus"), list) else []
+        changed, gpu_conditions = self.converge_gpus(spec["devices"])
+        first = self.inventory_after_change(changed)
         try:
             cdi = self.cdi_spec(generation, spec["devices"])
             write_spec(cdi, self.cdi_path)
@@ -220,7 +228,7 @@ class Daemon:
             log.error("spec generation %d cannot be applied: %s%s", generation, error, self.withdraw(spec["devices"]))
             self.applied = (generation, spec["devices"])
             failed = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
-            return [] if last is None else [self.observed(last, failed)]
+            return first if last is None else [*first, self.observed(last, failed + gpu_conditions)]
         self.journal.last_generation = generation
         self.applied = (generation, spec["devices"])
         self.specs_applied += 1
@@ -228,7 +236,53 @@ class Daemon:
                  len(cdi.document["devices"]) if cdi.document else 0,
                  f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "",
                  f", not writable {', '.join(name for name, _ in cdi.refused)}" if cdi.refused else "")
-        return [self.observed(generation, spec_conditions(cdi))]
+        return [*first, self.observed(generation, spec_conditions(cdi) + gpu_conditions)]
+
+    def converge_gpus(self, devices: list[Any]) -> tuple[bool, list[dict[str, Any]]]:
+        """One pass of every GPU's MIG layout towards the newest verified spec (mig.py), and health:
+        whether a GPU changed (the inventory must follow), and the GPUs' conditions."""
+        outcomes = converge_all(self.driver, self.gpus, devices)
+        conditions = [condition for outcome in outcomes for condition in outcome.conditions()]
+        health = getattr(self.driver, "health", None)
+        if callable(health):
+            try:
+                conditions += health()
+            except InventoryError as error:
+                log.warning("GPU health not read: %s", error)
+        return any(outcome.changed for outcome in outcomes), [c for c in conditions if not_normal(c)]
+
+    def inventory_after_change(self, changed: bool) -> list[Message]:
+        """A fresh inventory after a GPU changed (the database learns its MIG devices); when the
+        driver cannot read it now, the next pass tries again."""
+        self.inventory_due = self.inventory_due or changed
+        if not self.inventory_due:
+            return []
+        try:
+            inventory = self.inventory()
+        except InventoryError as error:
+            log.warning("inventory after a MIG change not sent yet: %s", error)
+            return []
+        self.inventory_due = False
+        return [inventory]
+
+    def reconcile(self) -> list[Message]:
+        """Level-triggered between specs: the CDI file back to the newest verified spec, the GPUs'
+        MIG layouts towards it, and health. What to send: a fresh inventory when a GPU changed, an
+        acknowledgement again when the GPUs' conditions did."""
+        self.repair_drift()
+        if self.applied is None or self.journal.last_generation is None:
+            return []
+        generation, devices = self.applied
+        changed, gpu_conditions = self.converge_gpus(devices)
+        messages = self.inventory_after_change(changed)
+        try:
+            cdi_conditions = spec_conditions(self.cdi_spec(generation, devices))
+        except (InventoryError, CdiError) as error:
+            cdi_conditions = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
+        conditions = cdi_conditions + gpu_conditions
+        if messages or conditions != self.reported:
+            messages.append(self.observed(self.journal.last_generation, conditions))
+        return messages
 
     def cdi_spec(self, generation: int, devices: list[Any]) -> CdiSpec:
         """The CDI spec of these bookings on the node as the driver sees it now, with the driver's
@@ -274,6 +328,7 @@ class Daemon:
         return drifted
 
     def observed(self, generation: int, conditions: list[dict[str, Any]]) -> Observed:
+        self.reported = conditions
         return Observed(self.report(OBSERVED_REPORT, {"generation": generation, "conditions": conditions}))
 
     def execute(self, envelope: Envelope) -> list[Message]:
@@ -387,7 +442,7 @@ async def session(daemon: Daemon, url: str, stop: asyncio.Event) -> None:
             daemon.session_opened(hello.epoch)
             daemon.connected = True
             helpers += [asyncio.create_task(heartbeat(connection, hello.heartbeat_seconds)),
-                        asyncio.create_task(keep_converged(daemon, DRIFT_SECONDS)),
+                        asyncio.create_task(keep_converged(daemon, connection, daemon.reconcile_seconds)),
                         asyncio.create_task(renew(daemon, connection))]
             try:
                 await send(connection, await asyncio.to_thread(daemon.inventory))
@@ -427,10 +482,12 @@ async def send(connection: ClientConnection, message: Message) -> None:
     await connection.send(frame)
 
 
-async def keep_converged(daemon: Daemon, seconds: float) -> None:
-    while True:
-        await asyncio.sleep(seconds)
-        await asyncio.to_thread(daemon.repair_drift)
+async def keep_converged(daemon: Daemon, connection: ClientConnection, seconds: float) -> None:
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            await asyncio.sleep(seconds)
+            for message in await asyncio.to_thread(daemon.reconcile):
+                await send(connection, message)
 
 
 async def heartbeat(connection: ClientConnection, seconds: float) -> None:

@@ -6,6 +6,12 @@
 GPU instance and `-L` names each MIG device's UUID. Each output has a pure parser below, tested on
 real captures; the driver only runs the commands (through Host.run) and joins what they say.
 Telemetry readings come from one `--query-gpu` CSV (whole GPUs only: it has no MIG rows).
+
+MIG changes (issue 13, daemon/mig.py converges with them): `-i GPU -mig 1|0`, `mig -i GPU -cgi
+PROFILE:PLACEMENT -C` (the GPU instance with its compute instance), `mig -i GPU -gi N -ci M -dci`,
+`mig -i GPU -gi N -dgi`, and `--gpu-reset -i GPU` for a MIG mode pending a reset; the state is read
+back with `--query-gpu=mig.mode.current,mig.mode.pending`, `mig -lgi` and `mig -lci`. A refusal is a
+MigError whose reason comes from nvidia-smi's words (In use by another client: InUse, ...).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile
 from better_compute.daemon.cdi import CommonEdits
 from better_compute.daemon.driverfiles import DriverFiles
 from better_compute.daemon.drivers.host import Host
+from better_compute.daemon.mig import DISABLED, ENABLED, GpuInstance, MigError, MigState
 
 
 @dataclass(frozen=True)
@@ -199,6 +206,31 @@ def parse_gpu_instances(text: str) -> dict[tuple[int, int], tuple[str, int]]:
             for found in map(_INSTANCE_ROW.match, text.splitlines()) if found}
 
 
+_COMPUTE_ROW = re.compile(
+    r"^\|\s*(?P<gpu>\d+)\s+(?P<gi>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<profile>\d+)\s+(?P<ci>\d+)\s+(?P<start>\d+):(?P<size>\d+)\s*\|")
+
+
+def parse_compute_instances(text: str) -> dict[tuple[int, int], list[int]]:
+    """`nvidia-smi mig -lci`: (GPU index, GPU instance id) -> its compute instance ids."""
+    found: dict[tuple[int, int], list[int]] = {}
+    for row in map(_COMPUTE_ROW.match, text.splitlines()):
+        if row:
+            found.setdefault((int(row["gpu"]), int(row["gi"])), []).append(int(row["ci"]))
+    return found
+
+
+_CREATED_GI = re.compile(r"Successfully created GPU instance ID\s+(?P<gi>\d+)")
+# nvidia-smi's words for the failure modes of its MIG commands -> MigError reasons.
+_REFUSALS = (("In use by another client", "InUse"), ("Insufficient Resources", "InsufficientResources"),
+             ("Not Found", "NotFound"), ("reset", "ResetRefused"), ("Invalid", "InvalidArgument"))
+
+
+def mig_refusal(error: InventoryError) -> MigError:
+    """What nvidia-smi said when it refused a MIG command, as a MigError with a reason."""
+    text = str(error)
+    return MigError(next((reason for words, reason in _REFUSALS if words.lower() in text.lower()), "Failed"), text)
+
+
 _GPU_LINE = re.compile(r"^GPU (?P<gpu>\d+):")
 # The profile name is absent from the oldest drivers' listing (`MIG Device 0: (UUID: …)`): -lgi has it.
 _MIG_LINE = re.compile(r"^\s+MIG\s+(?:\S+\s+)?Device\s+(?P<device>\d+):\s+\(UUID:\s+(?P<uuid>MIG-[^)\s]+)\)")
@@ -332,3 +364,56 @@ class Driver:
 
     def reboot(self) -> None:
         self._host.reboot()
+
+    def _mig(self, *arguments: str) -> str:
+        try:
+            return self._run(*arguments)
+        except InventoryError as error:
+            raise mig_refusal(error) from error
+
+    def mig_state(self, gpu_uuid: str) -> MigState:
+        current, pending = (cell.strip().lower() for cell in self._mig(
+            "-i", gpu_uuid, "--query-gpu=mig.mode.current,mig.mode.pending", "--format=csv,noheader").split(","))
+        mode = ENABLED if current == ENABLED else DISABLED
+        if mode == DISABLED:
+            return MigState(mode=mode, pending=None if pending == current else ENABLED)
+        placed = self._listed(gpu_uuid, "-lgi", parse_gpu_instances)
+        computing = self._listed(gpu_uuid, "-lci", parse_compute_instances)
+        return MigState(mode=mode, pending=None if pending == current else DISABLED,
+                        instances=tuple(GpuInstance(gi, profile, placement, tuple(computing.get((gpu, gi), ())))
+                                        for (gpu, gi), (profile, placement) in sorted(placed.items())))
+
+    def _listed(self, gpu_uuid: str, listing: str, parse: Any) -> Any:
+        """A `mig -lgi`/`-lci` of one GPU; empty where nvidia-smi finds none (it exits non-zero)."""
+        try:
+            return parse(self._mig("mig", "-i", gpu_uuid, listing))
+        except MigError as error:
+            if error.reason == "NotFound":
+                return {}
+            raise
+
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> None:
+        self._mig("-i", gpu_uuid, "-mig", "1" if enabled else "0")
+
+    def reset_gpu(self, gpu_uuid: str) -> None:
+        try:
+            self._run("--gpu-reset", "-i", gpu_uuid)
+        except InventoryError as error:
+            raise MigError("ResetRefused", str(error)) from error
+
+    def create_gpu_instance(self, gpu_uuid: str, profile: str, placement: int) -> int:
+        said = self._mig("mig", "-i", gpu_uuid, "-cgi", f"{profile}:{placement}", "-C")
+        created = _CREATED_GI.search(said)
+        if created is None:
+            raise MigError("Failed", f"nvidia-smi mig -cgi named no GPU instance: {said[:500]}")
+        return int(created["gi"])
+
+    def create_compute_instance(self, gpu_uuid: str, gi: int) -> int:
+        self._mig("mig", "-i", gpu_uuid, "-gi", str(gi), "-cci")
+        return 0
+
+    def destroy_compute_instance(self, gpu_uuid: str, gi: int, ci: int) -> None:
+        self._mig("mig", "-i", gpu_uuid, "-gi", str(gi), "-ci", str(ci), "-dci")
+
+    def destroy_gpu_instance(self, gpu_uuid: str, gi: int) -> None:
+        self._mig("mig", "-i", gpu_uuid, "-gi", str(gi), "-dgi")

@@ -1,7 +1,7 @@
 """The NVML driver: the inventory straight from the NVIDIA Management Library (nvidia-ml-py).
 
-Two layers. `snapshot(nvml)` is the only code that calls NVML: read-only queries (it never sets a
-MIG mode or any other setting), recorded as plain JSON in the shape of the dump in
+Two layers. `snapshot(nvml)` reads the inventory: read-only queries (it never sets a MIG mode or
+any other setting), recorded as plain JSON in the shape of the dump in
 tests/fixtures/nvidia-h200/nvml.json. `document_from_snapshot` turns such a snapshot into the
 inventory document; it is pure, so CI tests it on the recorded dump, and the live layer, which
 needs a GPU, stays thin. `python -m better_compute.daemon.drivers.nvml` prints a snapshot, to
@@ -18,6 +18,13 @@ constant), "id", "name", "slice_count", "instance_count", "multiprocessor_count"
 "profile_id", "placement": [start, size]}]}]}. A value NVML refuses is {"error", "msg"} instead
 (NVMLError_NotSupported for a NUMA node on a VM, for a profile the GPU lacks, for a MIG mode on a
 GPU without MIG).
+
+The MIG calls (issue 13, daemon/mig.py converges with them) are the only ones that change a GPU:
+nvmlDeviceSetMigMode, nvmlDeviceCreateGpuInstanceWithPlacement, nvmlGpuInstanceCreateComputeInstance,
+nvmlComputeInstanceDestroy and nvmlGpuInstanceDestroy; NVML has no public GPU reset, so a MIG mode
+pending a reset is applied with `nvidia-smi --gpu-reset`. Health (health.py) comes from the Xid
+event set, the volatile uncorrectable ECC total, remapped rows and the clock event reasons; a GPU
+NVML calls lost is fallen off the bus.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from better_compute.daemon.drivers.document import (Gpu, MigInstance, MigProfile
 from better_compute.daemon.cdi import CommonEdits
 from better_compute.daemon.driverfiles import DriverFiles
 from better_compute.daemon.drivers.host import Host
+from better_compute.daemon.health import health_conditions
+from better_compute.daemon.mig import DISABLED, ENABLED, GpuInstance, MigError, MigState
 
 MIB = 1 << 20
 NOT_AVAILABLE = 0xFFFFFFFF  # NVML's "no value" for a process's GPU/compute instance outside MIG
@@ -232,6 +241,7 @@ class XidCounter:
         nvml.nvmlInit()
         self.events = nvml.nvmlEventSetCreate()
         self.counts: dict[str, int] = {}  # only the GPUs registered: elsewhere the count is unknown
+        self.seen: dict[str, set[int]] = {}  # the Xid numbers each GPU reported (health.py)
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             try:
@@ -250,6 +260,7 @@ class XidCounter:
             uuid = _text(nvml.nvmlDeviceGetUUID(event.device))
             if event.eventType & nvml.nvmlEventTypeXidCriticalError and uuid in self.counts:
                 self.counts[uuid] += 1
+                self.seen.setdefault(uuid, set()).add(int(event.eventData))
         return dict(self.counts)
 
 
@@ -288,6 +299,149 @@ def nvml_session() -> Iterator[ModuleType]:
         pynvml.nvmlShutdown()
 
 
+def _mig_error(nvml: ModuleType, error: Exception) -> MigError:
+    """NVML's refusal as a MigError: NVMLError_InUse -> InUse, ..."""
+    return MigError(type(error).__name__.removeprefix("NVMLError_") if isinstance(error, nvml.NVMLError) else "Failed",
+                    f"NVML: {error}")
+
+
+def gpu_instance_profiles(nvml: ModuleType, handle: Any) -> dict[int, tuple[str, int]]:
+    """NVML profile id -> (profile name without "MIG ", memory slices it spans), for the profiles the GPU has."""
+    found = {}
+    for profile in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        info = _or_none(nvml, lambda profile=profile: nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile))
+        if info is None:
+            continue
+        placements = (nvml.c_nvmlGpuInstancePlacement_t * MAX_PLACEMENTS)()
+        count = ctypes.c_uint(MAX_PLACEMENTS)
+        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, info.id, placements, ctypes.byref(count))
+        found[info.id] = (without_mig_prefix(_text(info.name)), placements[0].size if count.value else 0)
+    return found
+
+
+def gpu_instances(nvml: ModuleType, handle: Any) -> list[tuple[Any, GpuInstance]]:
+    """(NVML handle, GpuInstance) of every GPU instance of a GPU, with its compute instances."""
+    found = []
+    for profile_id, (name, _) in gpu_instance_profiles(nvml, handle).items():
+        instances = (nvml.c_nvmlGpuInstance_t * MAX_PLACEMENTS)()
+        count = ctypes.c_uint(MAX_PLACEMENTS)
+        nvml.nvmlDeviceGetGpuInstances(handle, profile_id, instances, ctypes.byref(count))
+        for at in range(count.value):
+            info = nvml.nvmlGpuInstanceGetInfo(instances[at])
+            found.append((instances[at], GpuInstance(gi=info.id, profile=name, placement=info.placement.start,
+                                                     cis=tuple(ci for _, ci in compute_instances(nvml, instances[at])))))
+    return found
+
+
+def compute_instances(nvml: ModuleType, gpu_instance: Any) -> list[tuple[Any, int]]:
+    """(NVML handle, id) of every compute instance of a GPU instance."""
+    found = []
+    for profile in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+        info = _or_none(nvml, lambda profile=profile: nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gpu_instance, profile, nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))
+        if info is None:
+            continue
+        instances = (nvml.c_nvmlComputeInstance_t * MAX_PLACEMENTS)()
+        count = ctypes.c_uint(MAX_PLACEMENTS)
+        nvml.nvmlGpuInstanceGetComputeInstances(gpu_instance, info.id, instances, ctypes.byref(count))
+        found += [(instances[at], nvml.nvmlComputeInstanceGetInfo(instances[at]).id) for at in range(count.value)]
+    return found
+
+
+def full_compute_profile(nvml: ModuleType, gpu_instance: Any) -> int:
+    """The compute instance profile that takes the whole GPU instance (one MIG device per GPU
+    instance, as `nvidia-smi mig -cgi ... -C` makes): the largest the GPU instance has."""
+    for profile in reversed(range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT)):
+        info = _or_none(nvml, lambda profile=profile: nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gpu_instance, profile, nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))
+        if info is not None and info.instanceCount > 0:
+            return int(info.id)
+    raise MigError("NotSupported", "the GPU instance has no compute instance profile")
+
+
+class NvmlMig:
+    """The MIG calls (mig.MigDriver) on an initialized NVML module. `reset` resets one GPU by uuid.
+    NVML's refusals come out as MigError (NVMLError_InUse: reason InUse, ...)."""
+
+    def __init__(self, nvml: ModuleType, reset: Callable[[str], None]) -> None:
+        self.nvml = nvml
+        self.reset = reset
+
+    def __getattribute__(self, name: str) -> Any:
+        found = object.__getattribute__(self, name)
+        if name.startswith("_") or name in ("nvml", "reset") or not callable(found):
+            return found
+        nvml = object.__getattribute__(self, "nvml")
+
+        def refused_as_mig_error(*arguments: Any) -> Any:
+            try:
+                return found(*arguments)
+            except nvml.NVMLError as error:
+                raise _mig_error(nvml, error) from error
+        return refused_as_mig_error
+
+    def _handle(self, gpu_uuid: str) -> Any:
+        return self.nvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+
+    def _instance(self, gpu_uuid: str, gi: int) -> Any:
+        return self.nvml.nvmlDeviceGetGpuInstanceById(self._handle(gpu_uuid), gi)
+
+    def mig_state(self, gpu_uuid: str) -> MigState:
+        handle = self._handle(gpu_uuid)
+        current, pending = self.nvml.nvmlDeviceGetMigMode(handle)
+        mode = ENABLED if current == self.nvml.NVML_DEVICE_MIG_ENABLE else DISABLED
+        return MigState(mode=mode, pending=None if pending == current else (ENABLED if pending == self.nvml.NVML_DEVICE_MIG_ENABLE else DISABLED),
+                        instances=tuple(instance for _, instance in gpu_instances(self.nvml, handle)) if mode == ENABLED else ())
+
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> None:
+        self.nvml.nvmlDeviceSetMigMode(self._handle(gpu_uuid),
+                                       self.nvml.NVML_DEVICE_MIG_ENABLE if enabled else self.nvml.NVML_DEVICE_MIG_DISABLE)
+
+    def reset_gpu(self, gpu_uuid: str) -> None:
+        self.reset(gpu_uuid)
+
+    def create_gpu_instance(self, gpu_uuid: str, profile: str, placement: int) -> int:
+        handle = self._handle(gpu_uuid)
+        found = [(profile_id, size) for profile_id, (name, size) in gpu_instance_profiles(self.nvml, handle).items()
+                 if name == profile]
+        if not found:
+            raise MigError("InvalidArgument", f"GPU {gpu_uuid} has no MIG profile {profile}")
+        profile_id, size = found[0]
+        where = self.nvml.c_nvmlGpuInstancePlacement_t()
+        where.start, where.size = placement, size
+        instance = self.nvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, ctypes.byref(where))
+        return int(self.nvml.nvmlGpuInstanceGetInfo(instance).id)
+
+    def create_compute_instance(self, gpu_uuid: str, gi: int) -> int:
+        instance = self._instance(gpu_uuid, gi)
+        created = self.nvml.nvmlGpuInstanceCreateComputeInstance(instance, full_compute_profile(self.nvml, instance))
+        return int(self.nvml.nvmlComputeInstanceGetInfo(created).id)
+
+    def destroy_compute_instance(self, gpu_uuid: str, gi: int, ci: int) -> None:
+        for handle, found in compute_instances(self.nvml, self._instance(gpu_uuid, gi)):
+            if found == ci:
+                self.nvml.nvmlComputeInstanceDestroy(handle)
+
+    def destroy_gpu_instance(self, gpu_uuid: str, gi: int) -> None:
+        self.nvml.nvmlGpuInstanceDestroy(self._instance(gpu_uuid, gi))
+
+
+def gpu_health(nvml: ModuleType, handle: Any, gpu_uuid: str, xids: set[int]) -> list[dict[str, Any]]:
+    """The health conditions of one GPU (health.py) from NVML."""
+    try:
+        ecc = _or_none(nvml, lambda: nvml.nvmlDeviceGetTotalEccErrors(
+            handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)) or 0
+        rows = _or_none(nvml, lambda: nvml.nvmlDeviceGetRemappedRows(handle)) or (0, 0, 0, 0)
+        reasons = _or_none(nvml, lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)) or 0
+    except nvml.NVMLError_GpuIsLost:
+        return health_conditions(gpu_uuid, xid=xids, lost=True)
+    thermal = nvml.nvmlClocksEventReasonHwThermalSlowdown | nvml.nvmlClocksEventReasonSwThermalSlowdown
+    power = nvml.nvmlClocksEventReasonHwPowerBrakeSlowdown | nvml.nvmlClocksEventReasonHwSlowdown
+    return health_conditions(gpu_uuid, xid=xids, ecc_uncorrectable=ecc, row_remap_pending=bool(rows[2]),
+                             row_remap_failed=bool(rows[3]), thermal_slowdown=bool(reasons & thermal),
+                             power_slowdown=bool(reasons & power))
+
+
 class Driver:
     """Inventory through NVML."""
 
@@ -318,6 +472,53 @@ class Driver:
 
     def reboot(self) -> None:
         self._host.reboot()
+
+    def _mig(self, call: Callable[[NvmlMig], Any]) -> Any:
+        with nvml_session() as nvml:
+            return call(NvmlMig(nvml, self._reset))
+
+    def _reset(self, gpu_uuid: str) -> None:
+        """NVML has no public reset: `nvidia-smi --gpu-reset`, which refuses while processes run."""
+        try:
+            self._host.run(["nvidia-smi", "--gpu-reset", "-i", gpu_uuid])
+        except InventoryError as error:
+            raise MigError("ResetRefused", str(error)) from error
+
+    def mig_state(self, gpu_uuid: str) -> MigState:
+        return self._mig(lambda mig: mig.mig_state(gpu_uuid))
+
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> None:
+        self._mig(lambda mig: mig.set_mig_mode(gpu_uuid, enabled))
+
+    def reset_gpu(self, gpu_uuid: str) -> None:
+        self._reset(gpu_uuid)
+
+    def create_gpu_instance(self, gpu_uuid: str, profile: str, placement: int) -> int:
+        return int(self._mig(lambda mig: mig.create_gpu_instance(gpu_uuid, profile, placement)))
+
+    def create_compute_instance(self, gpu_uuid: str, gi: int) -> int:
+        return int(self._mig(lambda mig: mig.create_compute_instance(gpu_uuid, gi)))
+
+    def destroy_compute_instance(self, gpu_uuid: str, gi: int, ci: int) -> None:
+        self._mig(lambda mig: mig.destroy_compute_instance(gpu_uuid, gi, ci))
+
+    def destroy_gpu_instance(self, gpu_uuid: str, gi: int) -> None:
+        self._mig(lambda mig: mig.destroy_gpu_instance(gpu_uuid, gi))
+
+    def health(self) -> list[dict[str, Any]]:
+        with nvml_session() as nvml:
+            if self._xids is None:
+                self._xids = XidCounter(nvml)
+            self._xids.drain(nvml)
+            found = []
+            for index in range(nvml.nvmlDeviceGetCount()):
+                try:
+                    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                    uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                except nvml.NVMLError_GpuIsLost:
+                    continue  # no uuid to name it by: the inventory shows it absent
+                found += gpu_health(nvml, handle, uuid, self._xids.seen.get(uuid, set()))
+            return found
 
 
 if __name__ == "__main__":
