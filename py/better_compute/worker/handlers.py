@@ -50,6 +50,8 @@ def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: Audit
         "outbox.prune": sweep(db, "worker_api.outbox_prune"),
         "webhook.deliver": deliver_webhooks(db, sender, keyring),
         "usage.export": export_usage(db, ledger),
+        "machines.sweep": sweep(db, "worker_api.machines_sweep"),
+        "machines.reconcile": reconcile_machine(db),
     }
 
 
@@ -57,6 +59,13 @@ def sweep(db: Database, function: str) -> Handler:
     """Call a sweep once per period."""
     def run(_item: WorkItem) -> None:
         db.call(function)
+    return run
+
+
+def reconcile_machine(db: Database) -> Handler:
+    """Bare metal (sql/700): the next step of one machine, decided in the database; never waits on a BMC."""
+    def run(item: WorkItem) -> None:
+        db.call("worker_api.machine_reconcile", item.key)
     return run
 
 
