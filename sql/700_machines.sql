@@ -756,6 +756,8 @@ RETURNS TABLE (code text, sqlstate text, http_status integer)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
 AS $$ SELECT e.code, e.sqlstate, e.http_status FROM compute.error_codes AS e ORDER BY e.sqlstate $$;
 COMMENT ON FUNCTION site_api.error_contract() IS 'The error contract (code, SQLSTATE, HTTP status) as site agents read it when they start.';
+CREATE FUNCTION site_api.bmc_sessions() RETURNS integer
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.limit('bmc_sessions_per_agent')::integer $$;
 CREATE FUNCTION site_api.ops_claim(p_agent_id uuid, p_limit integer DEFAULT NULL) RETURNS jsonb
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_ops_claim(p_agent_id, p_limit) $$;
 CREATE FUNCTION site_api.op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
