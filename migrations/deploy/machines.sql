@@ -172,6 +172,7 @@ CREATE TABLE compute.bmc_ops (
     agent_id    uuid NOT NULL REFERENCES compute.site_agents,
     epoch       bigint NOT NULL CHECK (epoch > 0),
     state_name  text NOT NULL,
+    generation  bigint NOT NULL,
     step        integer NOT NULL,
     kind        text NOT NULL CHECK (kind IN ('verify', 'power_off', 'power_on', 'boot_device', 'vmedia_insert', 'vmedia_eject')),
     args        jsonb NOT NULL DEFAULT '{}',
@@ -322,8 +323,8 @@ DECLARE
     v_op_id bigint;
 BEGIN
     UPDATE compute.machines SET op_epoch = op_epoch + 1 WHERE machine_id = p_machine.machine_id;
-    INSERT INTO compute.bmc_ops (machine_id, agent_id, epoch, state_name, step, kind, args, state, created_at)
-    VALUES (p_machine.machine_id, p_machine.agent_id, p_machine.op_epoch + 1, p_machine.state, p_machine.step, p_kind, p_args,
+    INSERT INTO compute.bmc_ops (machine_id, agent_id, epoch, state_name, generation, step, kind, args, state, created_at)
+    VALUES (p_machine.machine_id, p_machine.agent_id, p_machine.op_epoch + 1, p_machine.state, p_machine.generation, p_machine.step, p_kind, p_args,
             'queued', compute.compute_now())
     RETURNING op_id INTO v_op_id;
     PERFORM pg_catalog.pg_notify('bc_bmc_ops', p_machine.agent_id::text);
@@ -742,7 +743,7 @@ CREATE VIEW ops.site_agents AS
 COMMENT ON VIEW ops.site_agents IS 'Site agents and the public keys BMC credentials are sealed to.';
 
 CREATE VIEW ops.bmc_ops AS
-    SELECT o.op_id, o.machine_id, m.name AS machine, o.epoch, o.state_name, o.step, o.kind, o.args, o.state, o.created_at,
+    SELECT o.op_id, o.machine_id, m.name AS machine, o.epoch, o.state_name, o.generation, o.step, o.kind, o.args, o.state, o.created_at,
            o.claimed_at, o.deadline, o.finished_at, o.result, o.error
       FROM compute.bmc_ops AS o JOIN compute.machines AS m ON m.machine_id = o.machine_id;
 COMMENT ON VIEW ops.bmc_ops IS 'Every BMC operation and its outcome.';

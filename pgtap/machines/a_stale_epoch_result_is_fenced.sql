@@ -9,8 +9,8 @@ SELECT agent_id AS agent FROM compute.machines WHERE machine_id = :'machine' \gs
 
 SELECT ops.machine_manage('bm-1');
 SELECT compute.machine_reconcile(:'machine');
-SELECT throws_ok(format($$INSERT INTO compute.bmc_ops (machine_id, agent_id, epoch, state_name, step, kind, state, created_at)
-                          VALUES (%L, %L, 99, 'verifying', 0, 'verify', 'queued', now())$$, :'machine', :'agent'),
+SELECT throws_ok(format($$INSERT INTO compute.bmc_ops (machine_id, agent_id, epoch, state_name, generation, step, kind, state, created_at)
+                          VALUES (%L, %L, 99, 'verifying', 1, 0, 'verify', 'queued', now())$$, :'machine', :'agent'),
                  '23505', NULL, 'a second live operation for the machine is refused by the index');
 SELECT site_api.ops_claim(:'agent') -> 0 AS first \gset
 SELECT compute.clock_advance(compute.limit('bmc_op_seconds') * interval '1 second', true);
