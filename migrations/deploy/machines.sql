@@ -748,6 +748,26 @@ CREATE VIEW ops.bmc_ops AS
       FROM compute.bmc_ops AS o JOIN compute.machines AS m ON m.machine_id = o.machine_id;
 COMMENT ON VIEW ops.bmc_ops IS 'Every BMC operation and its outcome.';
 
+CREATE FUNCTION ops.machines_list() RETURNS SETOF ops.machines
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT * FROM ops.machines ORDER BY name $$;
+COMMENT ON FUNCTION ops.machines_list() IS 'ops.machines, for the CLI (better-compute machines list).';
+
+CREATE FUNCTION ops.machine_show(p_machine text) RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
+    SELECT compute.machine_json(m) || pg_catalog.jsonb_build_object('operations',
+               (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(o) ORDER BY o.op_id DESC), '[]')
+                  FROM (SELECT o.op_id, o.epoch, o.state_name, o.generation, o.step, o.kind, o.state, o.created_at, o.finished_at, o.error
+                          FROM compute.bmc_ops AS o WHERE o.machine_id = m.machine_id ORDER BY o.op_id DESC LIMIT 20) AS o))
+      FROM compute.machine_get(p_machine) AS m
+$$;
+COMMENT ON FUNCTION ops.machine_show(text) IS 'One machine and its last 20 BMC operations (better-compute machines show).';
+
+CREATE FUNCTION ops.site_agent_key(p_agent_id uuid) RETURNS TABLE (agent_id uuid, key_id text, public_key text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
+    SELECT a.agent_id, a.key_id, pg_catalog.encode(a.public_key, 'base64') FROM compute.site_agents AS a WHERE a.agent_id = p_agent_id
+$$;
+COMMENT ON FUNCTION ops.site_agent_key(uuid) IS 'The public key to seal a machine''s BMC credentials to.';
+
 -- Workers (worker_api, bc_worker).
 CREATE FUNCTION worker_api.machine_reconcile(p_machine_id uuid) RETURNS text
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machine_reconcile(p_machine_id) $$;
