@@ -11,13 +11,13 @@ ALTER DEFAULT PRIVILEGES FOR ROLE bc_owner IN SCHEMA site_api REVOKE EXECUTE ON 
 DROP SCHEMA site_api CASCADE;
 DROP FUNCTION worker_api.machine_reconcile(uuid);
 DROP FUNCTION worker_api.machines_sweep();
+DROP FUNCTION ops.site_agent_key(uuid);
+DROP FUNCTION ops.machine_show(text);
+DROP FUNCTION ops.machines_list();
 DROP VIEW ops.bmc_ops;
 DROP VIEW ops.site_agents;
 DROP VIEW ops.machine_transitions;
 DROP VIEW ops.machines;
-DROP FUNCTION ops.site_agent_key(uuid);
-DROP FUNCTION ops.machine_show(text);
-DROP FUNCTION ops.machines_list();
 DROP FUNCTION ops.machine_abort(text, text);
 DROP FUNCTION ops.machine_retry(text);
 DROP FUNCTION ops.machine_release(text);
