@@ -306,8 +306,11 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER machines_outbox AFTER INSERT OR UPDATE OF state, bmc_reachable ON compute.machines
+CREATE TRIGGER machines_outbox_insert AFTER INSERT ON compute.machines
     FOR EACH ROW EXECUTE FUNCTION compute.outbox_machine_changed();
+CREATE TRIGGER machines_outbox_update AFTER UPDATE OF state, bmc_reachable ON compute.machines
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.bmc_reachable IS DISTINCT FROM NEW.bmc_reachable)
+    EXECUTE FUNCTION compute.outbox_machine_changed();
 
 CREATE FUNCTION compute.machine_issue(p_machine compute.machines, p_kind text, p_args jsonb)
 RETURNS bigint

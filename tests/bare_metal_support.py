@@ -30,7 +30,7 @@ from better_compute.sealing import SecretKeyring, seal
 from gateway_support import REPO, GatewayProcess
 from node_support import BCD, H200_INVENTORY, SECONDS
 
-EMULATOR = Path(__file__).with_name("bmc_emulator.py")
+EMULATOR = REPO / "scripts" / "bmc_emulator.py"
 USERNAME = "admin"
 
 

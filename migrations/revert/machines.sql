@@ -6,7 +6,8 @@ BEGIN;
 SET LOCAL ROLE bc_owner;
 
 DROP TRIGGER join_tokens_machine ON compute.join_tokens;
-DROP TRIGGER machines_outbox ON compute.machines;
+DROP TRIGGER machines_outbox_insert ON compute.machines;
+DROP TRIGGER machines_outbox_update ON compute.machines;
 ALTER DEFAULT PRIVILEGES FOR ROLE bc_owner IN SCHEMA site_api REVOKE EXECUTE ON FUNCTIONS FROM bc_site_agent;
 DROP SCHEMA site_api CASCADE;
 DROP FUNCTION worker_api.machine_reconcile(uuid);

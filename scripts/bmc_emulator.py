@@ -1,11 +1,11 @@
-"""A real Redfish BMC for tests: sushy-tools' emulator with its fake driver (no hypervisor), served by
+"""A real Redfish BMC for tests and `make demo-bare-metal`: sushy-tools' emulator with its fake driver (no hypervisor), served by
 werkzeug on 127.0.0.1, port 0, in a process of its own (tests kill it). It prints its port.
 
 A WSGI wrapper injects faults, set by `POST /_fault` with JSON: `{"status": 503}` answers every
 Redfish request with that status until `{"status": null}`; `{"power_seconds": 11}` makes every power
 change land that many seconds later (the fake driver draws 1-11 s otherwise).
 
-    python tests/bmc_emulator.py STATE_DIR SYSTEM_UUID USERNAME PASSWORD [PORT]
+    python scripts/bmc_emulator.py STATE_DIR SYSTEM_UUID USERNAME PASSWORD [PORT]
 """
 
 from __future__ import annotations
