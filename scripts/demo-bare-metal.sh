@@ -76,10 +76,10 @@ printf 'gateway %s, BMC %s (system %s), image %s\n' "$gateway" "$bmc" "$system_u
 
 site=$(sql "select compute.site_create('rack-$run')")
 pool=$(sql "select compute.pool_create('$site', 'h200-$run', 'NVIDIA H200')")
-printf '\n# the site agent: its key, registered; then it runs (as role bc_site_agent)\n'
+printf '\n# the site agent: its key, registered; then it runs (as role bc_site_agent), running only operations signed by the worker\n'
 public_key=$(step "$BC" serve site-agent --key "$DEMO/keys/site-agent.key" --print-public-key)
 agent=$(step "$BC" machines register-agent --dsn "$dsn" --site-id "$site" --name agent-1 --public-key "$public_key")
-start agent "$BC" serve site-agent --dsn "$dsn" --agent-id "$agent" --key "$DEMO/keys/site-agent.key"
+start agent "$BC" serve site-agent --dsn "$dsn" --agent-id "$agent" --key "$DEMO/keys/site-agent.key" --intent-key "$DEMO/keys/intent.key"
 
 printf '\n# enroll (the password is read from a file and sealed to the agent'"'"'s key in the CLI)\n'
 step "$BC" machines enroll --dsn "$dsn" --agent-id "$agent" --pool-id "$pool" --name "$machine" --bmc-address "$bmc" \

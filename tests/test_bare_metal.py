@@ -77,7 +77,7 @@ def test_enroll_provision_join_release_clean_rejoin_with_a_new_key(
         sql: psycopg.Connection, db_dsn: str, site: tuple[uuid.UUID, uuid.UUID], emulator: Emulator, image: str,
         agent: Agent, gateway: GatewayProcess, tmp_path: Path) -> None:
     machine = enroll(sql, agent, site[1], "bm-01", emulator, image)
-    with running_agent(db_dsn, agent):
+    with running_agent(db_dsn, agent, tmp_path / "keys" / "intent.key"):
         sql.execute("SELECT ops.machine_manage('bm-01')")
         wait_state(sql, machine, "manageable", PROVISION_SECONDS, agent)
         sql.execute("SELECT ops.machine_provide('bm-01')")
@@ -116,10 +116,10 @@ def assert_no_credential_anywhere(sql: psycopg.Connection, dsn: str, password: s
 
 def test_persistent_503s_quarantine_the_machine_with_the_reason(
         sql: psycopg.Connection, db_dsn: str, site: tuple[uuid.UUID, uuid.UUID], emulator: Emulator, image: str,
-        agent: Agent, worker: None) -> None:
+        agent: Agent, worker: None, tmp_path: Path) -> None:
     machine = enroll(sql, agent, site[1], "bm-02", emulator, image)
     emulator.fault(status=503)
-    with running_agent(db_dsn, agent):
+    with running_agent(db_dsn, agent, tmp_path / "keys" / "intent.key"):
         sql.execute("SELECT ops.machine_manage('bm-02')")
         wait_state(sql, machine, "verify_failed", 60, agent)
     row = sql.execute("SELECT quarantined, failure_count, last_error, bmc_reachable FROM ops.machines WHERE machine_id = %s",
@@ -128,16 +128,16 @@ def test_persistent_503s_quarantine_the_machine_with_the_reason(
     assert row[2] == "verify failed 5 times; last: the BMC answered HTTP 503"
     emulator.fault(status=None)
     sql.execute("SELECT ops.machine_retry('bm-02')")  # only an operator leaves a failed state
-    with running_agent(db_dsn, agent):
+    with running_agent(db_dsn, agent, tmp_path / "keys" / "intent.key"):
         wait_state(sql, machine, "manageable", 60, agent)
 
 
 def test_a_bmc_that_is_down_changes_only_bmc_reachable(
         sql: psycopg.Connection, db_dsn: str, site: tuple[uuid.UUID, uuid.UUID], emulator: Emulator, image: str,
-        agent: Agent, worker: None) -> None:
+        agent: Agent, worker: None, tmp_path: Path) -> None:
     machine = enroll(sql, agent, site[1], "bm-03", emulator, image)
     emulator.stop()
-    with running_agent(db_dsn, agent):
+    with running_agent(db_dsn, agent, tmp_path / "keys" / "intent.key"):
         sql.execute("SELECT ops.machine_manage('bm-03')")
         wait_until(lambda: sql.execute("SELECT bmc_reachable IS FALSE FROM compute.machines WHERE machine_id = %s",
                                        (machine,)).fetchone()[0], "BmcReachable false", agent.log)

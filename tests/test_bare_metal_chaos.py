@@ -20,7 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bare_metal_support import Agent, enroll, image_server, register_agent, running_emulator, state
+from bare_metal_support import Agent, agent_argv, enroll, image_server, register_agent, running_emulator, state
+from better_compute.pki import IntentSigner
 from fleet import H200_MODEL
 from gateway_support import REPO
 
@@ -67,7 +68,8 @@ def test_killing_agent_and_worker_never_loses_a_machine_nor_repeats_an_operation
     worker_argv = ["worker", "--dsn", db_dsn, "--owner", "chaos-worker", "--poll-seconds", "0.2", "--lease-seconds", "2",
                    "--intent-key", str(tmp_path / "intent.key"), "--audit-key", str(tmp_path / "audit.pem"),
                    "--webhook-key", str(tmp_path / "webhook.key")]
-    agent_argv = ["site-agent", "--dsn", db_dsn, "--agent-id", str(agent.agent_id), "--key", str(agent.keyring.current_path)]
+    IntentSigner(tmp_path / "intent.key").private_key  # made before the worker and the agent start
+    site_agent_argv = agent_argv(db_dsn, agent, tmp_path / "intent.key")
     worker_log = Path(tempfile.mkstemp(prefix="chaos-worker-", suffix=".log")[1])
     with ExitStack() as stack:
         image = stack.enter_context(image_server(tmp_path / "images"))
@@ -77,7 +79,7 @@ def test_killing_agent_and_worker_never_loses_a_machine_nor_repeats_an_operation
             emulator.fault(power_seconds=2)
             machines.append(enroll(sql, agent, pool, f"bm-{n}", emulator, image))
             sql.execute("SELECT ops.machine_manage(%s)", (f"bm-{n}",))
-        processes = {"worker": spawn(worker_argv, worker_log), "agent": spawn(agent_argv, agent.log_path)}
+        processes = {"worker": spawn(worker_argv, worker_log), "agent": spawn(site_agent_argv, agent.log_path)}
         try:
             victims = ["worker"] * KILLS + ["agent"] * KILLS
             rng.shuffle(victims)
@@ -93,7 +95,7 @@ def test_killing_agent_and_worker_never_loses_a_machine_nor_repeats_an_operation
                 else:
                     time.sleep(rng.uniform(0.3, 2.5))
                 kill(processes[victim])
-                processes[victim] = spawn(worker_argv if victim == "worker" else agent_argv,
+                processes[victim] = spawn(worker_argv if victim == "worker" else site_agent_argv,
                                           worker_log if victim == "worker" else agent.log_path)
             deadline = time.monotonic() + SETTLE_SECONDS
             while not all(state(sql, machine) == "deploy_wait" for machine in machines):

@@ -52,9 +52,12 @@ class Session(threading.Thread):
                 try:
                     for machine in self.machines:
                         conn.execute("SELECT worker_api.machine_reconcile(%s)", (machine,))
+                        conn.execute("SELECT worker_api.bmc_op_signed(op_id, jsonb_build_object('v', 1, 'purpose', 'bmc.op', "
+                                     "'body', worker_api.bmc_op_to_sign(op_id), 'sig', 'c2ln')) "
+                                     "FROM compute.bmc_ops WHERE machine_id = %s AND state = 'unsigned'", (machine,))
                     self.max_live = max(self.max_live, conn.execute(
                         "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM compute.bmc_ops "
-                        "WHERE state IN ('queued', 'running') GROUP BY machine_id) AS live").fetchone()[0])
+                        "WHERE state IN ('unsigned', 'queued', 'running') GROUP BY machine_id) AS live").fetchone()[0])
                     for op in conn.execute("SELECT site_api.ops_claim(%s, 1)", (self.agent,)).fetchone()[0]:
                         self.claimed.append(op["op_id"])
                         conn.execute("SELECT site_api.op_result(%s, %s, %s, 'unreachable', '{}', 'race')",
@@ -84,7 +87,7 @@ def test_eight_sessions_keep_one_live_operation_per_machine(db: psycopg.Connecti
     claims = Counter(op for session in sessions for op in session.claimed)
     assert claims and set(claims.values()) == {1}  # every operation was claimed by one session only
     assert db.execute("SELECT count(*) FROM compute.bmc_ops GROUP BY machine_id, epoch HAVING count(*) > 1").fetchall() == []
-    assert db.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM compute.bmc_ops WHERE state IN ('queued', 'running') "
+    assert db.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM compute.bmc_ops WHERE state IN ('unsigned', 'queued', 'running') "
                       "GROUP BY machine_id) AS live").fetchone()[0] in (None, 1)
 
 

@@ -14,7 +14,9 @@ BEGIN;
 --   machine_credentials  BMC credentials, versioned, only as boxes sealed to the agent's key with
 --                     the machine id as associated data: nobody but the agent can open them
 --   bmc_ops           BMC operations as rows (kind, args, epoch); a partial unique index keeps one
---                     live operation per machine; a result with a stale epoch is FENCED
+--                     live operation per machine; a result with a stale epoch is FENCED. The worker
+--                     signs each (P14: purpose bmc.op, its intent key) before an agent may claim it;
+--                     the agent runs only what the signature covers (address, kind, args)
 --
 -- The reconciler (compute.machine_reconcile, worker work 'machines.reconcile' and the periodic
 -- 'machines.sweep') is level-triggered: from the state, the step within the state's plan and the
@@ -176,18 +178,20 @@ CREATE TABLE compute.bmc_ops (
     step        integer NOT NULL,
     kind        text NOT NULL CHECK (kind IN ('verify', 'power_off', 'power_on', 'boot_device', 'vmedia_insert', 'vmedia_eject')),
     args        jsonb NOT NULL DEFAULT '{}',
-    state       text NOT NULL CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'unreachable', 'expired', 'cancelled')),
+    envelope    jsonb,
+    state       text NOT NULL CHECK (state IN ('unsigned', 'queued', 'running', 'succeeded', 'failed', 'unreachable', 'expired', 'cancelled')),
     created_at  timestamptz NOT NULL,
     claimed_at  timestamptz,
     deadline    timestamptz,
     finished_at timestamptz,
     result      jsonb,
-    error       text CHECK (length(error) <= 2000)
+    error       text CHECK (length(error) <= 2000),
+    CHECK ((state = 'unsigned') = (envelope IS NULL))
 );
-CREATE UNIQUE INDEX bmc_ops_one_live ON compute.bmc_ops (machine_id) WHERE state IN ('queued', 'running');
+CREATE UNIQUE INDEX bmc_ops_one_live ON compute.bmc_ops (machine_id) WHERE state IN ('unsigned', 'queued', 'running');
 CREATE INDEX bmc_ops_agent_live ON compute.bmc_ops (agent_id, op_id) WHERE state IN ('queued', 'running');
 CREATE INDEX bmc_ops_machine ON compute.bmc_ops (machine_id, op_id);
-COMMENT ON TABLE compute.bmc_ops IS 'BMC operations: at most one live (queued or running) per machine; results are accepted only with the op''s epoch.';
+COMMENT ON TABLE compute.bmc_ops IS 'BMC operations: at most one live (unsigned, queued or running) per machine; signed by a worker before an agent claims it; results are accepted only with the op''s epoch.';
 
 INSERT INTO compute.work_periodic (kind, every) VALUES ('machines.sweep', interval '5 seconds');
 
@@ -262,7 +266,7 @@ BEGIN
     END IF;
     -- Whatever was in flight is over: cancel it and bump the epoch so that a late result is FENCED.
     UPDATE compute.bmc_ops SET state = 'cancelled', finished_at = v_now
-     WHERE machine_id = p_machine_id AND state IN ('queued', 'running');
+     WHERE machine_id = p_machine_id AND state IN ('unsigned', 'queued', 'running');
     SELECT s.deadline_limit INTO v_limit FROM compute.machine_states AS s WHERE s.state = v_move.to_state;
     UPDATE compute.machines
        SET state = v_move.to_state, state_since = v_now, step = 0, generation = generation + 1, op_epoch = op_epoch + 1,
@@ -328,13 +332,42 @@ BEGIN
     UPDATE compute.machines SET op_epoch = op_epoch + 1 WHERE machine_id = p_machine.machine_id;
     INSERT INTO compute.bmc_ops (machine_id, agent_id, epoch, state_name, generation, step, kind, args, state, created_at)
     VALUES (p_machine.machine_id, p_machine.agent_id, p_machine.op_epoch + 1, p_machine.state, p_machine.generation, p_machine.step, p_kind, p_args,
-            'queued', compute.compute_now())
+            'unsigned', compute.compute_now())
     RETURNING op_id INTO v_op_id;
-    PERFORM pg_catalog.pg_notify('bc_bmc_ops', p_machine.agent_id::text);
+    PERFORM compute.work_poke('bmc_ops.sign', v_op_id::text, '{}', NULL, 1);  -- the worker signs it (P14)
     RETURN v_op_id;
 END
 $$;
-COMMENT ON FUNCTION compute.machine_issue(compute.machines, text, jsonb) IS 'Queue the machine''s next BMC operation under a new epoch (one live per machine).';
+COMMENT ON FUNCTION compute.machine_issue(compute.machines, text, jsonb) IS 'Issue the machine''s next BMC operation under a new epoch (one live per machine), for a worker to sign.';
+
+CREATE FUNCTION compute.bmc_op_to_sign(p_op_id bigint)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.jsonb_build_object('op_id', o.op_id, 'epoch', o.epoch, 'machine_id', o.machine_id, 'agent_id', o.agent_id,
+               'kind', o.kind, 'args', o.args, 'bmc_address', m.bmc_address)
+      FROM compute.bmc_ops AS o JOIN compute.machines AS m ON m.machine_id = o.machine_id
+     WHERE o.op_id = p_op_id AND o.state = 'unsigned'
+$$;
+COMMENT ON FUNCTION compute.bmc_op_to_sign(bigint) IS 'What a worker signs of an unsigned op (purpose bmc.op): the op, its epoch, the BMC address, kind, args; NULL once signed or over.';
+
+CREATE FUNCTION compute.bmc_op_signed(p_op_id bigint, p_envelope jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_agent_id uuid;
+BEGIN
+    IF p_envelope IS NULL OR p_envelope -> 'body' IS DISTINCT FROM compute.bmc_op_to_sign(p_op_id) THEN
+        RETURN false;  -- signed, cancelled or changed meanwhile: the signature is dropped (the live op is signed again)
+    END IF;
+    UPDATE compute.bmc_ops SET state = 'queued', envelope = p_envelope WHERE op_id = p_op_id AND state = 'unsigned'
+    RETURNING agent_id INTO v_agent_id;
+    PERFORM pg_catalog.pg_notify('bc_bmc_ops', v_agent_id::text);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION compute.bmc_op_signed(bigint, jsonb) IS 'Store the signed envelope of an unsigned op (its body must be what bmc_op_to_sign answers); the op is claimable.';
 
 CREATE FUNCTION compute.machine_reconcile(p_machine_id uuid)
 RETURNS text
@@ -363,7 +396,7 @@ BEGIN
             pg_catalog.format('%s did not finish by its deadline %s (step %s)', v_machine.state, v_machine.deadline, v_machine.step));
         RETURN 'deadline';
     END IF;
-    SELECT * INTO v_op FROM compute.bmc_ops AS o WHERE o.machine_id = p_machine_id AND o.state IN ('queued', 'running');
+    SELECT * INTO v_op FROM compute.bmc_ops AS o WHERE o.machine_id = p_machine_id AND o.state IN ('unsigned', 'queued', 'running');
     IF FOUND THEN
         IF v_op.state = 'running' AND v_op.deadline <= v_now THEN
             -- Its agent went quiet: take it back; the same step is issued again under a new epoch,
@@ -489,8 +522,7 @@ BEGIN
         RETURNING o.*
     )
     SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-               'op_id', c.op_id, 'epoch', c.epoch, 'machine_id', c.machine_id, 'kind', c.kind, 'args', c.args,
-               'bmc_address', m.bmc_address, 'deadline', c.deadline,
+               'op_id', c.op_id, 'epoch', c.epoch, 'machine_id', c.machine_id, 'envelope', c.envelope, 'deadline', c.deadline,
                'credentials', (SELECT pg_catalog.jsonb_build_object('version', k.version, 'key_id', k.key_id,
                                                                     'box', pg_catalog.encode(k.box, 'base64'))
                                  FROM compute.machine_credentials AS k WHERE k.machine_id = c.machine_id
@@ -501,7 +533,7 @@ BEGIN
     RETURN v_ops;
 END
 $$;
-COMMENT ON FUNCTION compute.bmc_ops_claim(uuid, integer) IS 'Queued ops of the agent, now running (at most bmc_sessions_per_agent running), with the sealed credentials.';
+COMMENT ON FUNCTION compute.bmc_ops_claim(uuid, integer) IS 'Queued (signed) ops of the agent, now running (at most bmc_sessions_per_agent running): their envelopes and the sealed credentials.';
 
 CREATE FUNCTION compute.bmc_op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
 RETURNS text
@@ -730,7 +762,7 @@ CREATE VIEW ops.machines AS
            m.observed_generation, m.op_epoch, m.node_id, n.name AS node, m.pool_id, m.site_id, a.name AS agent,
            (SELECT max(k.version) FROM compute.machine_credentials AS k WHERE k.machine_id = m.machine_id) AS credentials_version,
            m.credentials_tried, m.credentials_worked,
-           (SELECT o.kind || ' ' || o.state FROM compute.bmc_ops AS o WHERE o.machine_id = m.machine_id AND o.state IN ('queued', 'running')) AS live_op
+           (SELECT o.kind || ' ' || o.state FROM compute.bmc_ops AS o WHERE o.machine_id = m.machine_id AND o.state IN ('unsigned', 'queued', 'running')) AS live_op
       FROM compute.machines AS m
       JOIN compute.machine_states AS s ON s.state = m.state
       JOIN compute.site_agents AS a ON a.agent_id = m.agent_id
@@ -776,6 +808,10 @@ CREATE FUNCTION worker_api.machine_reconcile(p_machine_id uuid) RETURNS text
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machine_reconcile(p_machine_id) $$;
 CREATE FUNCTION worker_api.machines_sweep() RETURNS integer
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machines_sweep() $$;
+CREATE FUNCTION worker_api.bmc_op_to_sign(p_op_id bigint) RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_to_sign(p_op_id) $$;
+CREATE FUNCTION worker_api.bmc_op_signed(p_op_id bigint, p_envelope jsonb) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_signed(p_op_id, p_envelope) $$;
 
 -- Site agents (site_api, bc_site_agent).
 CREATE FUNCTION site_api.now() RETURNS timestamptz

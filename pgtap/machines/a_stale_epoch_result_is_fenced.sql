@@ -10,14 +10,16 @@ SELECT agent_id AS agent FROM compute.machines WHERE machine_id = :'machine' \gs
 SELECT ops.machine_manage('bm-1');
 SELECT compute.machine_reconcile(:'machine');
 SELECT throws_ok(format($$INSERT INTO compute.bmc_ops (machine_id, agent_id, epoch, state_name, generation, step, kind, state, created_at)
-                          VALUES (%L, %L, 99, 'verifying', 1, 0, 'verify', 'queued', now())$$, :'machine', :'agent'),
+                          VALUES (%L, %L, 99, 'verifying', 1, 0, 'verify', 'unsigned', now())$$, :'machine', :'agent'),
                  '23505', NULL, 'a second live operation for the machine is refused by the index');
+SELECT pgtap_fixtures.machine_sign(:'machine');
 SELECT site_api.ops_claim(:'agent') -> 0 AS first \gset
 SELECT compute.clock_advance(compute.limit('bmc_op_seconds') * interval '1 second', true);
 SELECT is(compute.machine_reconcile(:'machine'), 'issued verify', 'a running op past its deadline is taken back and issued again');
 SELECT throws_ok(format('SELECT site_api.op_result(%L, %s, %s, ''succeeded'', ''{}'', NULL)', :'agent',
                         :'first'::jsonb ->> 'op_id', :'first'::jsonb ->> 'epoch'),
                  'BC410', NULL, 'the late result of the old epoch is FENCED');
+SELECT pgtap_fixtures.machine_sign(:'machine');
 SELECT site_api.ops_claim(:'agent') -> 0 AS second \gset
 SELECT ops.machine_abort('bm-1', 'wrong rack');
 SELECT throws_ok(format('SELECT site_api.op_result(%L, %s, %s, ''succeeded'', ''{}'', NULL)', :'agent',

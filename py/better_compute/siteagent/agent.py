@@ -1,6 +1,11 @@
 """The site agent's loop: claim BMC operations (site_api.ops_claim: the database caps how many run
 at once, bmc_sessions_per_agent), run each in a thread, answer each with its epoch.
 
+Each operation is signed by a worker's intent key (purpose `bmc.op`, P14): the agent runs only
+what the signature covers (this agent, this op and epoch, the BMC address, kind and args), so
+whoever can write the database cannot point the agent, and the credentials it opens, at another
+address. An operation whose signature does not verify is answered `failed` and not run.
+
 Outcomes: `succeeded`; `failed` (the BMC answered with an error: counted, and past machine_failures
 the machine is quarantined with the reason); `unreachable` (no answer: BmcReachable=false and
 nothing else). A FENCED answer means the operation was taken back or cancelled: it is dropped.
@@ -21,6 +26,8 @@ from uuid import UUID
 
 from better_compute.db import Database
 from better_compute.errors import ContractError
+from better_compute.pki import PkiError
+from better_compute.pki.signing import VerifyingKey, open_envelope
 from better_compute.sealing import SealingError, SecretKeyring
 from better_compute.siteagent.redfish import Bmc, Credentials, OperationFailed, Unreachable
 
@@ -40,9 +47,10 @@ def open_credentials(keyring: SecretKeyring, machine_id: str, sealed: dict[str, 
 
 
 class SiteAgent:
-    def __init__(self, db: Database, agent_id: UUID, keyring: SecretKeyring, sessions: int,
+    def __init__(self, db: Database, agent_id: UUID, keyring: SecretKeyring, intent_key: VerifyingKey, sessions: int,
                  bmc_factory: Callable[[str, Credentials], Bmc] = Bmc):
         self.db, self.agent_id, self.keyring, self.bmc_factory = db, agent_id, keyring, bmc_factory
+        self.intent_key = intent_key
         self.pool = ThreadPoolExecutor(max_workers=sessions, thread_name_prefix="bmc")
         self.running = 0
         self.lock = threading.Lock()
@@ -73,13 +81,25 @@ class SiteAgent:
         version = (op.get("credentials") or {}).get("version")
         seconds_left = (datetime.fromisoformat(op["deadline"]) - self.db.call("site_api.now")).total_seconds() - 5
         try:
+            signed = self.signed_operation(op)
             credentials = open_credentials(self.keyring, op["machine_id"], op.get("credentials"))
-            result = self.bmc_factory(op["bmc_address"], credentials).run(op["kind"], op["args"], max(seconds_left, 1.0))
+            result = self.bmc_factory(signed["bmc_address"], credentials).run(signed["kind"], signed["args"], max(seconds_left, 1.0))
             return "succeeded", result | {"credentials_version": version}, None
         except Unreachable as error:
             return "unreachable", {"credentials_version": version}, str(error)
         except OperationFailed as error:
             return "failed", {"credentials_version": version}, str(error)
+
+    def signed_operation(self, op: dict[str, Any]) -> dict[str, Any]:
+        """The op's signed body, when it is signed by the intent key for this agent, op and epoch."""
+        try:
+            body = open_envelope(op.get("envelope"), self.intent_key, "bmc.op")
+        except PkiError as error:
+            raise OperationFailed(f"the operation's signature does not verify: {error}") from None
+        expected = {"op_id": op["op_id"], "epoch": op["epoch"], "machine_id": op["machine_id"], "agent_id": str(self.agent_id)}
+        if {name: body.get(name) for name in expected} != expected:
+            raise OperationFailed("the operation's signature covers another agent, operation or epoch")
+        return body
 
     def answer(self, op: dict[str, Any], outcome: str, result: dict[str, Any], error: str | None) -> None:
         try:

@@ -13,6 +13,7 @@ from uuid import UUID
 import typer
 
 from better_compute.db import Database
+from better_compute.gateway.join import intent_public_key
 from better_compute.sealing import SecretKeyring
 from better_compute.siteagent.agent import SiteAgent
 
@@ -27,6 +28,9 @@ def site_agent_command(
     key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_SITE_AGENT_KEY",
                                       help="The agent's X25519 key (PEM, created mode 0600 if missing); BMC "
                                            "credentials are sealed to its public key.")] = Path(".bc/site-agent.key"),
+    intent_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_INTENT_KEY",
+                                             help="The workers' intent key, or its public key (PEM): BMC operations "
+                                                  "must be signed by it.")] = Path(".bc/pki/intent.key"),
     print_public_key: Annotated[bool, typer.Option(help="Print the public key (base64, for ops.site_agent_register) "
                                                         "and exit.")] = False,
 ) -> None:
@@ -40,7 +44,7 @@ def site_agent_command(
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     with Database(dsn, max_size=8, name="better-compute-site-agent", role=SITE_AGENT_ROLE) as db:
         sessions = db.call("site_api.bmc_sessions")
-        agent = SiteAgent(db, UUID(agent_id), keyring, sessions)
+        agent = SiteAgent(db, UUID(agent_id), keyring, intent_public_key(intent_key), sessions)
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda _signum, _frame: stop.set())
