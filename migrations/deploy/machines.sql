@@ -551,6 +551,12 @@ BEGIN
     IF p_outcome IS NULL OR p_outcome NOT IN ('succeeded', 'failed', 'unreachable') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('unknown outcome %L', p_outcome), 'Use succeeded, failed or unreachable.');
     END IF;
+    IF p_result IS NULL OR pg_catalog.jsonb_typeof(p_result) <> 'object'
+       OR (p_result ? 'credentials_version' AND coalesce(p_result ->> 'credentials_version', '') !~ '^[0-9]{1,9}$')
+       OR (p_result ? 'join_token_sha256' AND coalesce(p_result ->> 'join_token_sha256', '') !~ '^[0-9a-f]{64}$') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a BMC operation''s result is an object; credentials_version a number, join_token_sha256 64 hex digits',
+            'Upgrade the site agent.');
+    END IF;
     SELECT * INTO v_machine FROM compute.machines AS m
      WHERE m.machine_id = (SELECT o.machine_id FROM compute.bmc_ops AS o WHERE o.op_id = p_op_id) FOR UPDATE;
     SELECT * INTO v_op FROM compute.bmc_ops AS o WHERE o.op_id = p_op_id FOR UPDATE;
@@ -585,7 +591,7 @@ BEGIN
     END IF;
     IF p_outcome = 'succeeded' AND v_op.kind = 'vmedia_insert' AND (v_op.args ->> 'join_token')::boolean THEN
         -- The agent made the token and put it in the image's media; the database keeps only its hash.
-        v_secret_sha := pg_catalog.decode(coalesce(p_result ->> 'join_token_sha256', ''), 'hex');
+        v_secret_sha := pg_catalog.decode(coalesce(p_result ->> 'join_token_sha256', ''), 'hex');  -- checked above: hex or absent
         IF octet_length(v_secret_sha) <> 32 THEN
             PERFORM compute.raise_error('INVALID_ARGUMENT', 'a vmedia_insert with a join token answers its SHA-256 (64 hex digits)',
                 'Upgrade the site agent.');
@@ -721,11 +727,16 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'the credentials are not sealed to the site agent''s key',
             'Seal them to the key of the machine''s agent (ops.site_agents).');
     END IF;
-    INSERT INTO compute.machine_credentials (machine_id, version, key_id, box, created_at)
-    VALUES (v_machine.machine_id, coalesce((SELECT max(k.version) FROM compute.machine_credentials AS k
-                                            WHERE k.machine_id = v_machine.machine_id), 0) + 1,
-            p_key_id, p_box, compute.compute_now())
-    RETURNING version INTO v_version;
+    BEGIN
+        INSERT INTO compute.machine_credentials (machine_id, version, key_id, box, created_at)
+        VALUES (v_machine.machine_id, coalesce((SELECT max(k.version) FROM compute.machine_credentials AS k
+                                                WHERE k.machine_id = v_machine.machine_id), 0) + 1,
+                p_key_id, p_box, compute.compute_now())
+        RETURNING version INTO v_version;
+    EXCEPTION WHEN check_violation OR not_null_violation THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the sealed credentials are not a box (49 to 4096 bytes)',
+            'Seal them with better-compute machines enroll, or better_compute.sealing.seal.');
+    END;
     RETURN v_version;
 END
 $$;

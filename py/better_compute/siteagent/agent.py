@@ -79,16 +79,17 @@ class SiteAgent:
 
     def outcome(self, op: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
         version = (op.get("credentials") or {}).get("version")
+        tried = {} if version is None else {"credentials_version": version}
         seconds_left = (datetime.fromisoformat(op["deadline"]) - self.db.call("site_api.now")).total_seconds() - 5
         try:
             signed = self.signed_operation(op)
             credentials = open_credentials(self.keyring, op["machine_id"], op.get("credentials"))
             result = self.bmc_factory(signed["bmc_address"], credentials).run(signed["kind"], signed["args"], max(seconds_left, 1.0))
-            return "succeeded", result | {"credentials_version": version}, None
+            return "succeeded", result | tried, None
         except Unreachable as error:
-            return "unreachable", {"credentials_version": version}, str(error)
+            return "unreachable", tried, str(error)
         except OperationFailed as error:
-            return "failed", {"credentials_version": version}, str(error)
+            return "failed", tried, str(error)
 
     def signed_operation(self, op: dict[str, Any]) -> dict[str, Any]:
         """The op's signed body, when it is signed by the intent key for this agent, op and epoch."""
