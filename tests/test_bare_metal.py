@@ -22,7 +22,7 @@ from bare_metal_support import (Agent, Emulator, boot_image, enroll, image_serve
 from better_compute.siteagent.redfish import Bmc, Credentials
 from fleet import H200_MODEL
 from gateway_support import GatewayProcess, running_gateway, running_worker_process
-from node_support import wait_until
+from node_support import running_bcd, wait_until
 
 PROVISION_SECONDS = 120.0  # two power changes of up to 11 s each, and the rest
 
@@ -96,7 +96,16 @@ def test_enroll_provision_join_release_clean_rejoin_with_a_new_key(
         again = boot_image(gateway, emulator, tmp_path / "boot-2", "bm-01")
         assert again.returncode == 0, again.stderr
         wait_state(sql, machine, "active", 10)
-        assert public_key_b64(sql, node_id) not in (None, old_key)  # the same node, a new key
+        new_key = public_key_b64(sql, node_id)
+        assert new_key not in (None, old_key)  # the same node, a new key
+
+        # The old identity (the first boot's state: key and certificate) is refused: it gets no
+        # session, or what it reports is rejected; the node keeps its new key.
+        with running_bcd(gateway, tmp_path / "boot-1" / "state", "bm-01", tmp_path / "old-cdi.yaml") as old:
+            wait_until(lambda: old.process.poll() is not None or sql.execute(
+                "SELECT count(*) FROM ops.node_reports_rejected WHERE node_id = %s", (node_id,)).fetchone()[0] > 0,
+                "the old identity refused", old.log, timeout=30)
+        assert public_key_b64(sql, node_id) == new_key
 
     ops = sql.execute("SELECT kind, state FROM compute.bmc_ops WHERE machine_id = %s ORDER BY op_id", (machine,)).fetchall()
     assert {state for _kind, state in ops} == {"succeeded"}
