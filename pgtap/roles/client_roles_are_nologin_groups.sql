@@ -1,11 +1,11 @@
--- The five roles of DESIGN §3 exist, cannot log in, and are not superusers.
+-- The five roles of DESIGN §3 and bc_site_agent (site agents, sql/700) exist, cannot log in, and are not superusers.
 BEGIN;
-SELECT plan(15);
+SELECT plan(18);
 
-SELECT has_role(r) FROM unnest(ARRAY['bc_owner', 'bc_api', 'bc_gateway', 'bc_worker', 'bc_operator']) AS r;
-SELECT isnt_superuser(r) FROM unnest(ARRAY['bc_owner', 'bc_api', 'bc_gateway', 'bc_worker', 'bc_operator']) AS r;
+SELECT has_role(r) FROM unnest(ARRAY['bc_owner', 'bc_api', 'bc_gateway', 'bc_worker', 'bc_operator', 'bc_site_agent']) AS r;
+SELECT isnt_superuser(r) FROM unnest(ARRAY['bc_owner', 'bc_api', 'bc_gateway', 'bc_worker', 'bc_operator', 'bc_site_agent']) AS r;
 SELECT ok(NOT rolcanlogin, rolname || ' is NOLOGIN')
-  FROM pg_roles WHERE rolname IN ('bc_owner', 'bc_api', 'bc_gateway', 'bc_worker', 'bc_operator') ORDER BY rolname;
+  FROM pg_roles WHERE rolname IN ('bc_owner', 'bc_api', 'bc_gateway', 'bc_worker', 'bc_operator', 'bc_site_agent') ORDER BY rolname;
 
 SELECT * FROM finish();
 ROLLBACK;

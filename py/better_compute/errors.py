@@ -33,7 +33,7 @@ POSTGRES_SQLSTATES: dict[str, tuple[str, int]] = {
 SQLSTATE_TO_CODE: dict[str, tuple[str, int]] = dict(POSTGRES_SQLSTATES)
 # The function that answers the contract, one in each client schema; a session calls the first it
 # may execute (each client role may execute only its own schema's; an operator, ops'; a superuser, any).
-CONTRACT_SCHEMAS = ["api", "node_api", "worker_api", "ops"]
+CONTRACT_SCHEMAS = ["api", "node_api", "worker_api", "ops", "site_api"]
 CONTRACT_FUNCTION_QUERY = ("SELECT n.nspname || '.error_contract' FROM pg_catalog.pg_proc AS p"
                            " JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace"
                            " WHERE p.proname = 'error_contract' AND n.nspname = ANY (%(schemas)s)"

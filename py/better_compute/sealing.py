@@ -78,9 +78,14 @@ def raw(public_key: X25519PublicKey) -> bytes:
     return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
-def seal(recipient: bytes, plaintext: str, context: bytes | None = None) -> Sealed:
-    """A box that only the holder of `recipient`'s private key opens. With `context`, the same
-    plaintext and context always seal to the same box (see the module's docstring)."""
+def associated_data(key_id: str, aad: bytes | None) -> bytes:
+    """What the AEAD binds besides the key id: e.g. a machine id, so a box moved to another row does not open."""
+    return key_id.encode() if aad is None else key_id.encode() + b"\n" + aad
+
+
+def seal(recipient: bytes, plaintext: str, context: bytes | None = None, aad: bytes | None = None) -> Sealed:
+    """A box that only the holder of `recipient`'s private key opens (and only with the same `aad`).
+    With `context`, the same plaintext and context always seal to the same box (see the module's docstring)."""
     if context is None:
         ephemeral = X25519PrivateKey.generate()
     else:
@@ -89,7 +94,7 @@ def seal(recipient: bytes, plaintext: str, context: bytes | None = None) -> Seal
     ephemeral_public = raw(ephemeral.public_key())
     key_id = key_id_of(recipient)
     key = box_key(ephemeral.exchange(X25519PublicKey.from_public_bytes(recipient)), ephemeral_public, recipient)
-    return Sealed(key_id, ephemeral_public + ChaCha20Poly1305(key).encrypt(NONCE, plaintext.encode(), key_id.encode()))
+    return Sealed(key_id, ephemeral_public + ChaCha20Poly1305(key).encrypt(NONCE, plaintext.encode(), associated_data(key_id, aad)))
 
 
 class SecretKeyring:
@@ -123,7 +128,7 @@ class SecretKeyring:
     def seal(self, plaintext: str) -> Sealed:
         return seal(self.public_key, plaintext)
 
-    def open(self, key_id: str, box: bytes) -> str:
+    def open(self, key_id: str, box: bytes, aad: bytes | None = None) -> str:
         key = self.keys.get(key_id)
         if key is None:
             raise SealingError(f"the secret is sealed to key {key_id}, which this worker does not hold "
@@ -132,7 +137,7 @@ class SecretKeyring:
         ephemeral, ciphertext = box[:KEY_BYTES], box[KEY_BYTES:]
         try:
             secret = box_key(key.exchange(X25519PublicKey.from_public_bytes(ephemeral)), ephemeral, recipient)
-            return ChaCha20Poly1305(secret).decrypt(NONCE, ciphertext, key_id.encode()).decode()
+            return ChaCha20Poly1305(secret).decrypt(NONCE, ciphertext, associated_data(key_id, aad)).decode()
         except (InvalidTag, ValueError) as error:
             raise SealingError(f"the secret sealed to key {key_id} does not open: {type(error).__name__}") from error
 

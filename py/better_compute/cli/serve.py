@@ -29,12 +29,14 @@ from better_compute.relay.protocol import HttpBounds
 from better_compute.relay.server import relay_server, serve
 from better_compute.relay.sse import StreamSettings
 from better_compute.sealing import SecretKeyring
+from better_compute.siteagent.cli import site_agent_command
 from better_compute.webhooks import WebhookSender
 from better_compute.worker.handlers import default_handlers
 from better_compute.worker.resealing import register_and_reseal
 from better_compute.worker.runtime import Worker, WorkerSettings, default_owner, run_until_signalled
 
 app = typer.Typer(no_args_is_help=True, help="Run the control plane's processes.")
+app.command("site-agent")(site_agent_command)
 
 WORKER_ROLE = "bc_worker"
 API_ROLE = "bc_api"

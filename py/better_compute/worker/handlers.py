@@ -50,6 +50,9 @@ def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: Audit
         "outbox.prune": sweep(db, "worker_api.outbox_prune"),
         "webhook.deliver": deliver_webhooks(db, sender, keyring),
         "usage.export": export_usage(db, ledger),
+        "machines.sweep": sweep(db, "worker_api.machines_sweep"),
+        "machines.reconcile": reconcile_machine(db),
+        "bmc_ops.sign": sign_bmc_op(db, intent),
     }
 
 
@@ -58,6 +61,22 @@ def sweep(db: Database, function: str) -> Handler:
     def run(_item: WorkItem) -> None:
         db.call(function)
     return run
+
+
+def reconcile_machine(db: Database) -> Handler:
+    """Bare metal (sql/700): the next step of one machine, decided in the database; never waits on a BMC."""
+    def run(item: WorkItem) -> None:
+        db.call("worker_api.machine_reconcile", item.key)
+    return run
+
+
+def sign_bmc_op(db: Database, intent: IntentSigner) -> Handler:
+    """Sign a BMC operation (the item's key) for its site agent (P14: purpose bmc.op); nothing to do once signed or over."""
+    def sign(item: WorkItem) -> None:
+        body = db.call("worker_api.bmc_op_to_sign", int(item.key))
+        if body is not None:
+            db.call("worker_api.bmc_op_signed", int(item.key), intent.sign("bmc.op", body))
+    return sign
 
 
 def batched_sweep(db: Database, function: str) -> Handler:

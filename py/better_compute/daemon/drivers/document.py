@@ -67,7 +67,9 @@ def without_mig_prefix(name: str) -> str:
 
 
 def inventory_document(host: Host, driver_version: str, cuda_version: str, gpus: list[Gpu]) -> dict[str, Any]:
-    """The inventory document of this host with these GPUs (sorted by index)."""
+    """The inventory document of this host with these GPUs (sorted by index); with the system uuid
+    where the firmware gives one."""
+    system_uuid = host.system_uuid()
     return {
         "version": INVENTORY_VERSION,
         "hostname": host.hostname(),
@@ -75,7 +77,7 @@ def inventory_document(host: Host, driver_version: str, cuda_version: str, gpus:
         "driver": {"name": "nvidia", "version": driver_version, "cuda": cuda_version},
         "shared_device_nodes": host.shared_device_nodes(),
         "devices": [_device(host, gpu) for gpu in sorted(gpus, key=lambda gpu: gpu.index)],
-    }
+    } | ({"system_uuid": system_uuid} if system_uuid else {})
 
 
 def _device(host: Host, gpu: Gpu) -> dict[str, Any]:

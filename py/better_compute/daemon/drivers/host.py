@@ -58,6 +58,14 @@ class Host:
         rebooted node (a finished `reboot` command) from a reconnected one."""
         return self._read("/proc/sys/kernel/random/boot_id")
 
+    def system_uuid(self) -> str | None:
+        """The system's uuid as the firmware (SMBIOS) and so the BMC report it: a bare-metal machine's
+        join token works only with it (docs/bare-metal.md). None where it cannot be read."""
+        try:
+            return self._read("/sys/class/dmi/id/product_uuid").lower() or None
+        except OSError:
+            return None
+
     def shared_device_nodes(self) -> list[str]:
         """The shared NVIDIA device nodes that exist here."""
         return [node for node in SHARED_DEVICE_NODES if (self.root / node.lstrip("/")).exists()]

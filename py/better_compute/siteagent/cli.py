@@ -1,0 +1,52 @@
+"""`better-compute serve site-agent`."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+from uuid import UUID
+
+import typer
+
+from better_compute.db import Database
+from better_compute.gateway.join import intent_public_key
+from better_compute.sealing import SecretKeyring
+from better_compute.siteagent.agent import SiteAgent
+
+SITE_AGENT_ROLE = "bc_site_agent"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def site_agent_command(
+    dsn: Annotated[str, typer.Option("--dsn", envvar="BETTER_COMPUTE_DSN",
+                                     help="libpq conninfo or URL of a login that is a member of bc_site_agent.")] = "",
+    agent_id: Annotated[str, typer.Option(help="This agent's id (ops.site_agent_register answered it).")] = "",
+    key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_SITE_AGENT_KEY",
+                                      help="The agent's X25519 key (PEM, created mode 0600 if missing); BMC "
+                                           "credentials are sealed to its public key.")] = Path(".bc/site-agent.key"),
+    intent_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_INTENT_KEY",
+                                             help="The workers' intent key, or its public key (PEM): BMC operations "
+                                                  "must be signed by it.")] = Path(".bc/pki/intent.key"),
+    print_public_key: Annotated[bool, typer.Option(help="Print the public key (base64, for ops.site_agent_register) "
+                                                        "and exit.")] = False,
+) -> None:
+    """Run the site agent as role bc_site_agent: it runs the BMC operations of its machines over Redfish."""
+    keyring = SecretKeyring(key)
+    if print_public_key:
+        typer.echo(base64.b64encode(keyring.public_key).decode())
+        return
+    if not dsn or not agent_id:
+        raise typer.BadParameter("--dsn and --agent-id are required")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    with Database(dsn, max_size=8, name="better-compute-site-agent", role=SITE_AGENT_ROLE) as db:
+        sessions = db.call("site_api.bmc_sessions")
+        agent = SiteAgent(db, UUID(agent_id), keyring, intent_public_key(intent_key), sessions)
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda _signum, _frame: stop.set())
+        logging.getLogger(__name__).info("site agent %s: key %s, %d BMC sessions at most", agent_id, keyring.key_id, sessions)
+        agent.run(stop)

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# `make demo-bare-metal`: the bare-metal flow with real processes (docs/bare-metal.md). The demo
+# database (`dev up`), the gateway and the worker; a real Redfish BMC (sushy-tools' emulator, fake
+# driver: scripts/bmc_emulator.py; power changes land 2 s later here); the site agent. The operator
+# registers the agent, enrolls a machine (its password sealed in the CLI), manages and provides it;
+# the BMC boots the image; the image's bcd joins with the machine's own token; the machine is active.
+# Then the operator releases it: cleaning revokes the node's key, the machine is deployed again and
+# rejoins with a new key.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BC=.venv/bin/better-compute
+BCD=.venv/bin/bcd
+PY=.venv/bin/python
+DEMO=.bc/demo-bare-metal
+INVENTORY=tests/fixtures/nvidia-h200/inventory.json
+
+step() { printf '\n$ %s\n' "$*" >&2; "$@"; }
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+start() { local name=$1; shift; "$@" > "$DEMO/$name.out" 2> "$DEMO/$name.log" & pids+=($!); }
+wait_for() {
+    for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+    echo "timed out waiting for '$2' in $1" >&2; tail -20 "${1%.*}.log" >&2; return 1
+}
+sql() { psql "$dsn" -qtAX -c "$1"; }
+# wait_state NAME STATE: until the machine is in STATE (120 s at most)
+wait_state() {
+    printf '# waiting for %s to be %s ' "$1" "$2" >&2
+    for _ in $(seq 1 600); do
+        [ "$(sql "select state from ops.machines where name = '$1'")" = "$2" ] && { echo "(done)" >&2; return 0; }
+        printf '.' >&2; sleep 0.2
+    done
+    echo "timed out" >&2; sql "select name, state, last_error, live_op from ops.machines where name = '$1'" >&2; return 1
+}
+# boot: what the image does once the BMC powered it on with the media in: bcd joins with the token
+# the site agent put in the media URL; its inventory carries the machine's system uuid.
+boot() {
+    local state_dir=$1 media
+    media=$(curl -s -u "admin:$(cat "$DEMO/bmc-password")" "$bmc/redfish/v1/Systems/$system_uuid/VirtualMedia/Cd" \
+            | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["Image"])')
+    local token=$("$PY" -c 'import sys,urllib.parse as u; print(u.parse_qs(u.urlparse(sys.argv[1]).query)["bc_join_token"][0])' "$media")
+    "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["system_uuid"]=sys.argv[2]; json.dump(d, open(sys.argv[3], "w"))' \
+        "$INVENTORY" "$system_uuid" "$DEMO/inventory.json"
+    printf '\n$ %s join --gateway %s --token %s… --state-dir %s --driver fake  # the booted image\n' "$BCD" "$gateway" "${token:0:12}" "$state_dir" >&2
+    "$BCD" join --gateway "$gateway" --token "$token" --ca-file "$ca" --state-dir "$state_dir" --driver fake \
+        --driver-option "path=$DEMO/inventory.json" --driver-option "hostname=$machine"
+}
+
+step "$BC" dev up
+dsn=$("$BC" dev status | sed -n 's/^DSN: //p')
+rm -rf "$DEMO" && mkdir -p "$DEMO/keys" "$DEMO/images"
+run=$(date +%H%M%S)
+machine="bm-$run"
+system_uuid=$("$PY" -c 'import uuid; print(uuid.uuid4())')
+"$PY" -c 'import secrets; print(secrets.token_urlsafe(18))' > "$DEMO/bmc-password"
+echo "an image that boots bcd" > "$DEMO/images/bcd.iso"
+
+printf '\n# the control plane (gateway, worker), a Redfish BMC, an image server (logs in %s/*.log)\n' "$DEMO"
+start gateway "$BC" serve gateway --dsn "$dsn" --port 0 --name gw-bm --ca-key "$DEMO/keys/ca.key" \
+    --intent-key "$DEMO/keys/intent.key" --heartbeat-seconds 2 --spec-poll-seconds 2
+start worker "$BC" serve worker --dsn "$dsn" --owner bm-worker --poll-seconds 0.2 --intent-key "$DEMO/keys/intent.key" \
+    --audit-key "$DEMO/keys/audit.pem" --webhook-key "$DEMO/keys/webhook.key"
+start bmc "$PY" scripts/bmc_emulator.py "$DEMO/bmc" "$system_uuid" admin "$(cat "$DEMO/bmc-password")"
+start images "$PY" -u -m http.server 0 --bind 127.0.0.1 --directory "$DEMO/images"
+wait_for "$DEMO/gateway.out" '^ca: '
+wait_for "$DEMO/worker.log" 'kinds, concurrency'
+wait_for "$DEMO/bmc.out" '^[0-9]'
+wait_for "$DEMO/images.out" 'port'
+gateway=$(sed -n 's/^listening on //p' "$DEMO/gateway.out")
+ca=$(sed -n 's/^ca: //p' "$DEMO/gateway.out")
+bmc="http://127.0.0.1:$(head -1 "$DEMO/bmc.out")"
+image="http://127.0.0.1:$(sed -n 's/.* port \([0-9]*\).*/\1/p' "$DEMO/images.out" | head -1)/bcd.iso"
+curl -s -X POST "$bmc/_fault" -d '{"power_seconds": 2}' > /dev/null
+printf 'gateway %s, BMC %s (system %s), image %s\n' "$gateway" "$bmc" "$system_uuid" "$image"
+
+site=$(sql "select compute.site_create('rack-$run')")
+pool=$(sql "select compute.pool_create('$site', 'h200-$run', 'NVIDIA H200')")
+printf '\n# the site agent: its key, registered; then it runs (as role bc_site_agent), running only operations signed by the worker\n'
+public_key=$(step "$BC" serve site-agent --key "$DEMO/keys/site-agent.key" --print-public-key)
+agent=$(step "$BC" machines register-agent --dsn "$dsn" --site-id "$site" --name agent-1 --public-key "$public_key")
+start agent "$BC" serve site-agent --dsn "$dsn" --agent-id "$agent" --key "$DEMO/keys/site-agent.key" --intent-key "$DEMO/keys/intent.key"
+
+printf '\n# enroll (the password is read from a file and sealed to the agent'"'"'s key in the CLI)\n'
+step "$BC" machines enroll --dsn "$dsn" --agent-id "$agent" --pool-id "$pool" --name "$machine" --bmc-address "$bmc" \
+    --system-uuid "$system_uuid" --image-url "$image" --username admin --password-file "$DEMO/bmc-password" > /dev/null
+step "$BC" machines manage --dsn "$dsn" "$machine" > /dev/null
+wait_state "$machine" manageable
+step "$BC" machines provide --dsn "$dsn" "$machine" > /dev/null
+wait_state "$machine" deploy_wait
+boot "$DEMO/node-1"
+wait_state "$machine" active
+step psql "$dsn" -c "select m.name, m.state, m.node, n.gpus, encode(sha256(i.public_key), 'hex') as node_key from ops.machines m join ops.nodes n on n.node_id = m.node_id join compute.node_identities i on i.node_id = m.node_id where m.name = '$machine'"
+
+printf '\n# release: cleaning revokes the node'"'"'s key at once, then the machine is deployed again\n'
+step "$BC" machines release --dsn "$dsn" "$machine" > /dev/null
+step psql "$dsn" -c "select count(*) as keys_of_the_node from compute.node_identities where node_id = (select node_id from ops.machines where name = '$machine')"
+wait_state "$machine" deploy_wait
+boot "$DEMO/node-2"
+wait_state "$machine" active
+step psql "$dsn" -c "select m.name, m.state, m.generation, m.failure_count, m.bmc_reachable, m.credentials_worked, encode(sha256(i.public_key), 'hex') as new_node_key from ops.machines m join compute.node_identities i on i.node_id = m.node_id where m.name = '$machine'"
+step psql "$dsn" -c "select op_id, state_name, step, kind, state, round(extract(epoch from finished_at - claimed_at)::numeric, 1) as seconds from ops.bmc_ops where machine = '$machine' order by op_id"
+step psql "$dsn" -c "select event_type, payload ->> 'from' as from_state, payload ->> 'state' as state from compute.outbox where aggregate_type = 'machine' and aggregate_id = (select machine_id::text from ops.machines where name = '$machine') order by event_id"
+printf '\nthe BMC password in a dump of every table, and in the logs of the gateway, the worker and the agent: %s times\n' \
+    "$(cat <(pg_dump --data-only "$dsn") "$DEMO/gateway.log" "$DEMO/worker.log" "$DEMO/agent.log" | grep -cF "$(cat "$DEMO/bmc-password")" || true)"
