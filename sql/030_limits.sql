@@ -1,4 +1,4 @@
--- Bounds (P12, DESIGN §14): every queue, batch, payload and buffer has its limit here, in one place.
+-- Bounds (P12, docs/architecture.md §14): every queue, batch, payload and buffer has its limit here, in one place.
 -- Operators read them in ops.limits; code reads one with compute.limit(name), which fails closed:
 -- an unknown name is an error, never a silent "no limit".
 SET LOCAL ROLE bc_owner;

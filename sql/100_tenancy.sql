@@ -1,4 +1,4 @@
--- Tenancy (DESIGN §5). Better IAM owns the tenant tree; we mirror a tenant's id (and a display
+-- Tenancy (docs/architecture.md §5). Better IAM owns the tenant tree; we mirror a tenant's id (and a display
 -- name) so that our rows can reference it. Projects live inside a tenant.
 SET LOCAL ROLE bc_owner;
 

@@ -1,4 +1,4 @@
--- The fleet (DESIGN §5): sites, pools, nodes, node flags, node sessions and devices.
+-- The fleet (docs/architecture.md §5): sites, pools, nodes, node flags, node sessions and devices.
 --   site   a location / network domain
 --   pool   one site, exactly one GPU model; the scheduling and policy domain (pack or spread)
 --   node   one server in one pool; its last inventory document is kept whole (unknown fields too)

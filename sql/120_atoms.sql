@@ -1,4 +1,4 @@
--- Atoms (DESIGN §5-6): the only bookable things. A whole GPU, a MIG instance (profile + placement)
+-- Atoms (docs/architecture.md §5-6): the only bookable things. A whole GPU, a MIG instance (profile + placement)
 -- or a time-slice slot. Each atom covers a part of its device:
 --   slices  the GPU's memory slices, [0,8) for a whole GPU or a slot, [p, p+size) for a MIG instance
 --   shares  [0,) (all) for a whole GPU or a MIG instance, [k,k+1) for time-slice slot k

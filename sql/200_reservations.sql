@@ -1,4 +1,4 @@
--- Reservations and bookings (DESIGN §5-6): who holds what, when.
+-- Reservations and bookings (docs/architecture.md §5-6): who holds what, when.
 --   reservation  a tenant's request: pool, shape, count, window [start, end), lease, idempotency key
 --   booking      one row per atom per reservation; the rows the exclusion constraint guards
 --

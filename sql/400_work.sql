@@ -1,4 +1,4 @@
--- The work queue (DESIGN §9, P1, P3, P12): reconciler work for workers, in PostgreSQL.
+-- The work queue (docs/architecture.md §9, P1, P3, P12): reconciler work for workers, in PostgreSQL.
 --
 -- One row per (kind, key) while it is live (pending or running): a second poke for the same key
 -- does not add a row. A poke that arrives while the item runs sets `repoke`, and the item goes

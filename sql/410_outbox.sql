@@ -1,4 +1,4 @@
--- The transactional outbox (DESIGN §9, P1, P3): triggers write one event per change, in the same
+-- The transactional outbox (docs/architecture.md §9, P1, P3): triggers write one event per change, in the same
 -- transaction as the change, stamped with the transaction's id (pg_current_xact_id()).
 --
 -- Readers page by (xid, event_id) and only take events of transactions below the current

@@ -1,4 +1,4 @@
--- Webhooks (DESIGN §9): per-tenant subscriptions; deliveries at least once, signed, retried with
+-- Webhooks (docs/architecture.md §9): per-tenant subscriptions; deliveries at least once, signed, retried with
 -- exponential backoff (30 s doubling to 1 h), dead-lettered after webhook_attempts (25).
 --
 -- Fan-out (work kind outbox.fan_out): one consumer cursor, locked while it runs, reads new events

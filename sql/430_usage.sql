@@ -1,4 +1,4 @@
--- Usage and the ledger (DESIGN §10): usage windows computed from booked time (the `during` ranges,
+-- Usage and the ledger (docs/architecture.md §10): usage windows computed from booked time (the `during` ranges,
 -- after truncation by release), per reservation per hour, GPU-seconds exact (a MIG instance counts
 -- its fraction of the GPU, a slot 1/N). A window is computed, and sent, only once compute_now()
 -- has closed it: past hours never change (release truncates to now, extension moves the end),

@@ -1,4 +1,4 @@
--- Audit (DESIGN §10): one audit_events row per admitted mutation (the admission path writes
+-- Audit (docs/architecture.md §10): one audit_events row per admitted mutation (the admission path writes
 -- them), and per tenant per hour a Merkle tree over that hour's events with a checkpoint signed by
 -- the worker's Ed25519 key (public keys in compute.audit_keys). compute.audit_proof(event_id)
 -- returns an inclusion proof; `better-compute audit verify` checks proofs and signatures offline.

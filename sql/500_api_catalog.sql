@@ -1,4 +1,4 @@
--- The method catalog (DESIGN §7, P11): every API method is a row of api.methods. The relay holds
+-- The method catalog (docs/architecture.md §7, P11): every API method is a row of api.methods. The relay holds
 -- no per-method code: it reads this catalog, validates input against input_schema, and runs the
 -- generic admission (sql/505_admission.sql) that calls the functions named here.
 --
@@ -141,7 +141,7 @@ BEGIN
     SELECT * INTO v_method FROM api.methods AS m WHERE m.method = p_method;
     IF NOT FOUND THEN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no method %L', p_method),
-            'List the methods with SELECT * FROM api.catalog() (or GET /api/compute/openapi.json).');
+            'List the methods: SELECT method FROM api.catalog().');
     END IF;
     RETURN v_method;
 END

@@ -1,4 +1,4 @@
--- Admission (DESIGN §7, P7, P11): one IAM decision per request, made on the exact request.
+-- Admission (docs/architecture.md §7, P7, P11): one IAM decision per request, made on the exact request.
 --   api.prepare  validate, check the resource is the tenant's, write the admission (and the
 --                provisional rows of a method with a prepare_function); answer the IAM request
 --   (relay)      asks the IAM port once; timeout or error = deny
@@ -224,7 +224,7 @@ BEGIN
     -- 1. The method, the tenant, the caller's credential (its SHA-256, as the relay sends it) and the input's shape.
     v_method := compute.method_get(p_method);
     IF p_tenant_id IS NULL THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'no tenant', 'Send X-Tenant-Id (the Better IAM tenant you act in).');
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'no tenant', 'Pass p_tenant_id: the Better IAM tenant you act in.');
     END IF;
     IF p_credential_sha256 !~ '^[0-9a-f]{64}$' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'the credential fingerprint is not a SHA-256',

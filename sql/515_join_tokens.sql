@@ -1,4 +1,4 @@
--- Join tokens (DESIGN §11): what a new node presents once to join a pool. Pool-scoped, single
+-- Join tokens (docs/architecture.md §11): what a new node presents once to join a pool. Pool-scoped, single
 -- use, expiring, revocable; stored only as a SHA-256 hash: the secret is answered once, by
 -- joinTokens.create, and is in no table, event or admission result afterwards.
 SET LOCAL ROLE bc_owner;

@@ -1,4 +1,4 @@
--- Nodes joining and their sessions (DESIGN §8, §11; P3, P5, P6, P9). Gateways call node_api as
+-- Nodes joining and their sessions (docs/architecture.md §8, §11; P3, P5, P6, P9). Gateways call node_api as
 -- role bc_gateway; they never call IAM (P7).
 --   join            a join token (single use, under concurrency: one UPDATE consumes it) and the
 --                   node's inventory adopt the node into the token's pool; the node's public key is

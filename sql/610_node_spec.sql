@@ -1,4 +1,4 @@
--- Desired state of a node (DESIGN §8, P2): node_specs holds the spec document (per device, the
+-- Desired state of a node (docs/architecture.md §8, P2): node_specs holds the spec document (per device, the
 -- reservation holding it now and the CDI names to expose) and its generation. The generation is
 -- bumped by triggers when what the node should look like changes: a booking of the node becomes
 -- or stops being active now, a device's layout changes, the node's inventory (its MIG instances)

@@ -1,4 +1,4 @@
--- Commands (DESIGN §8, P2, P3, P11): one-shot actions for a node (`collect_inventory`, `reboot`,
+-- Commands (docs/architecture.md §8, P2, P3, P11): one-shot actions for a node (`collect_inventory`, `reboot`,
 -- `drain_processes`, …), queued with an idempotency key and a bound on pending ones per node,
 -- delivered at least once (again after node_command_redelivery_seconds until a result comes);
 -- the daemon executes each command id once (its journal) and answers UNSUPPORTED for a kind it

@@ -1,5 +1,5 @@
 -- What a node says takes effect only once something other than the gateway verified the node's
--- signature (P14, DESIGN §8). A gateway is a relay: node_api.report only appends the envelope, as
+-- signature (P14, docs/architecture.md §8). A gateway is a relay: node_api.report only appends the envelope, as
 -- received, to the node's inbox (compute.node_reports), fenced by the session epoch; it pokes work
 -- 'node.reports' for the node. The worker (bc_worker) reads the node's pending reports with its
 -- registered public key, verifies each signature (PostgreSQL 15 cannot verify ECDSA or Ed25519),

@@ -3,7 +3,7 @@
 Every file must parse, function bodies included (rule `parse`). Schema files (under `sql/` and
 `migrations/deploy/`) must also follow the project's conventions:
 
-* `errcode`: every RAISE EXCEPTION in PL/pgSQL carries an SQLSTATE (DESIGN §13, error contract);
+* `errcode`: every RAISE EXCEPTION in PL/pgSQL carries an SQLSTATE (docs/architecture.md §13, error contract);
 * `definer-search-path`: every SECURITY DEFINER function pins its search_path;
 * `clock`: business time only comes from compute.compute_now() (P9, one clock).
 """
