@@ -6,9 +6,9 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.error_codes (
-    code        text PRIMARY KEY CHECK (code ~ '^[A-Z][A-Z_]*$'),
-    sqlstate    text NOT NULL UNIQUE CHECK (sqlstate ~ '^BC[0-9A-Z]{3}$'),
-    http_status integer NOT NULL CHECK (http_status BETWEEN 400 AND 599),
+    code        text CONSTRAINT error_codes_pkey PRIMARY KEY CONSTRAINT error_codes_code_check CHECK (code ~ '^[A-Z][A-Z_]*$'),
+    sqlstate    text NOT NULL CONSTRAINT error_codes_sqlstate_key UNIQUE CONSTRAINT error_codes_sqlstate_check CHECK (sqlstate ~ '^BC[0-9A-Z]{3}$'),
+    http_status integer NOT NULL CONSTRAINT error_codes_http_status_check CHECK (http_status BETWEEN 400 AND 599),
     meaning     text NOT NULL
 );
 COMMENT ON TABLE compute.error_codes IS 'Error contract: code, SQLSTATE and HTTP status (docs/architecture.md §13).';

@@ -4,9 +4,9 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.limits (
-    name        text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]*$'),
-    value       bigint NOT NULL CHECK (value > 0),
-    unit        text NOT NULL CHECK (unit IN ('bytes', 'count', 'seconds')),
+    name        text CONSTRAINT limits_pkey PRIMARY KEY CONSTRAINT limits_name_check CHECK (name ~ '^[a-z][a-z0-9_]*$'),
+    value       bigint NOT NULL CONSTRAINT limits_value_check CHECK (value > 0),
+    unit        text NOT NULL CONSTRAINT limits_unit_check CHECK (unit IN ('bytes', 'count', 'seconds')),
     description text NOT NULL
 );
 COMMENT ON TABLE compute.limits IS 'Every bound of the system, in one place (P12).';
