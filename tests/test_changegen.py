@@ -65,4 +65,33 @@ def test_what_the_tool_does_not_write_is_listed_and_nothing_is_written(project: 
     edit(sql_dir / "030_limits.sql", "    unit        text NOT NULL", "    origin      text,\n    unit        text NOT NULL")
     generated = changegen.generate(top, sql_dir)
     assert generated.deploy == []
-    assert generated.by_hand == ["Name: limits; Type: TABLE; Schema: compute; Owner: bc_owner"]
+    assert generated.by_hand == ["Data for Name: limits; Type: TABLE DATA; Schema: compute; Owner: bc_owner",
+                                 "Name: limits; Type: TABLE; Schema: compute; Owner: bc_owner"]
+
+
+def test_a_released_change_is_never_written_again() -> None:
+    with pytest.raises(migrate.PlanError, match="'atoms' is released"):
+        changegen.regenerate("atoms")
+
+
+def test_what_the_tool_does_not_write_is_kept_as_written() -> None:
+    kept = changegen.kept_statements("""BEGIN;
+SET LOCAL ROLE bc_owner;
+ALTER TABLE compute.t ADD COLUMN c integer;
+CREATE OR REPLACE FUNCTION compute.f() RETURNS integer LANGUAGE sql AS $$ SELECT 1; $$;
+COMMENT ON FUNCTION compute.f() IS 'f; g';
+GRANT EXECUTE ON FUNCTION compute.f() TO bc_api;
+INSERT INTO compute.limits VALUES ('x', 1, 'count', 'x; y');
+COMMENT ON TABLE compute.t IS 't';
+COMMIT;
+""")
+    assert kept == ["ALTER TABLE compute.t ADD COLUMN c integer;",
+                    "INSERT INTO compute.limits VALUES ('x', 1, 'count', 'x; y');",
+                    "COMMENT ON TABLE compute.t IS 't';"]
+
+
+def test_writing_a_regenerated_change_again_changes_nothing(project: tuple[Path, Path]) -> None:
+    top, _ = project
+    before = {kind: (top / kind / "error_contract_read.sql").read_text() for kind in ("deploy", "revert")}
+    changegen.rewrite_change("error_contract_read", changegen.regenerate("error_contract_read", top), top)
+    assert {kind: (top / kind / "error_contract_read.sql").read_text() for kind in ("deploy", "revert")} == before

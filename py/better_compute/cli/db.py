@@ -88,3 +88,17 @@ def change_command(
     needed = requires if requires else changegen.prerequisites(generated.objects)
     for path in changegen.write_change(name, note, needed, generated):
         typer.echo(f"wrote {path.relative_to(migrate.PROJECT_ROOT)}")
+
+
+@app.command("regenerate")
+def regenerate_command(name: Annotated[str, typer.Argument(help="An unreleased change written by hand.")]) -> None:
+    """Write an unreleased change's deploy and revert scripts again with the tool, from the catalogs
+    before and after it (same catalog, no hand-copied bodies). Exits 1, changing nothing, for a
+    released change or one that does more than the tool writes (tables, rows, DO blocks)."""
+    try:
+        generated = changegen.regenerate(name)
+    except migrate.PlanError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from error
+    for path in changegen.rewrite_change(name, generated):
+        typer.echo(f"wrote {path.relative_to(migrate.PROJECT_ROOT)}")
