@@ -14,42 +14,6 @@ CREATE TABLE compute.api_schema_pieces (
     description text NOT NULL CHECK (length(description) BETWEEN 1 AND 200)
 );
 
-COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
-
-INSERT INTO compute.api_schema_pieces (name, schema, description) VALUES
-    ('idempotency_key', '{"type":"string","minLength":1,"maxLength":200}', 'The retry key every mutation takes.'),
-    ('uuid',            '{"type":"string","format":"uuid"}', 'An id.'),
-    ('timestamp',       '{"type":"string","format":"date-time"}', 'An ISO 8601 time with a zone.'),
-    ('name',            '{"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"}', 'The name of a site, pool or project.'),
-    ('shape',           '{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?)$"}', 'An atom shape: gpu, slot or a MIG profile.'),
-    ('list_limit',      '{"type":"integer","minimum":1,"x-limit":{"maximum":"api_list_rows"}}', 'The rows a list answers.'),
-    ('reason',          '{"type":"string","minLength":1,"maxLength":1000}', 'Why an operator acts on a node.');
-
-UPDATE api.methods AS m
-   SET input_schema = pg_catalog.jsonb_set(m.input_schema, '{properties}', coalesce((
-       SELECT pg_catalog.jsonb_object_agg(f.key, CASE
-                  WHEN l.limit_name IS NOT NULL
-                  THEN (f.value - 'maximum') || pg_catalog.jsonb_build_object('x-limit', pg_catalog.jsonb_build_object('maximum', l.limit_name))
-                  WHEN p.name IS NOT NULL THEN pg_catalog.jsonb_build_object('$piece', p.name)
-                  ELSE f.value END)
-         FROM pg_catalog.jsonb_each(m.input_schema -> 'properties') AS f
-         LEFT JOIN (VALUES ('reservations.create', 'count', 64, 'atoms_per_reservation'),
-                           ('reservations.create', 'hold_seconds', 86400, 'hold_seconds_max'),
-                           ('offerings.create', 'max_count', 64, 'atoms_per_reservation'),
-                           ('offerings.create', 'max_duration_seconds', 7776000, 'reservation_window_seconds'),
-                           ('joinTokens.create', 'ttl_seconds', 604800, 'join_token_ttl_seconds_max'))
-                   AS l(method, field, maximum, limit_name)
-                ON l.method = m.method AND l.field = f.key AND f.value -> 'maximum' = pg_catalog.to_jsonb(l.maximum)
-         LEFT JOIN (VALUES ('idempotency_key', 'idempotency_key', '{"type":"string","minLength":1,"maxLength":200}'::jsonb),
-                           ('name', 'name', '{"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"}'),
-                           ('shape', 'shape', '{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?)$"}'),
-                           ('reason', 'reason', '{"type":"string","minLength":1,"maxLength":1000}'),
-                           ('limit', 'list_limit', '{"type":"integer","minimum":1,"maximum":1000}'),
-                           (NULL, 'uuid', '{"type":"string","format":"uuid"}'),
-                           (NULL, 'timestamp', '{"type":"string","format":"date-time"}'))
-                   AS p(field, name, schema) ON (p.field IS NULL OR p.field = f.key) AND p.schema = f.value
-       ), '{}'));
-
 SET LOCAL check_function_bodies = off;
 
 CREATE OR REPLACE FUNCTION api.catalog()
@@ -156,5 +120,45 @@ END
 $function$;
 
 COMMENT ON FUNCTION compute.schema_resolve(jsonb) IS 'A method''s input_schema as clients see it: schema pieces and limits (x-limit) resolved (idempotent).';
+
+COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
+
+COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
+
+INSERT INTO compute.api_schema_pieces (name, schema, description) VALUES
+    ('idempotency_key', '{"type":"string","minLength":1,"maxLength":200}', 'The retry key every mutation takes.'),
+    ('uuid',            '{"type":"string","format":"uuid"}', 'An id.'),
+    ('timestamp',       '{"type":"string","format":"date-time"}', 'An ISO 8601 time with a zone.'),
+    ('name',            '{"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"}', 'The name of a site, pool or project.'),
+    ('shape',           '{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?)$"}', 'An atom shape: gpu, slot or a MIG profile.'),
+    ('list_limit',      '{"type":"integer","minimum":1,"x-limit":{"maximum":"api_list_rows"}}', 'The rows a list answers.'),
+    ('reason',          '{"type":"string","minLength":1,"maxLength":1000}', 'Why an operator acts on a node.');
+
+UPDATE api.methods AS m
+   SET input_schema = pg_catalog.jsonb_set(m.input_schema, '{properties}', coalesce((
+       SELECT pg_catalog.jsonb_object_agg(f.key, CASE
+                  WHEN l.limit_name IS NOT NULL
+                  THEN (f.value - 'maximum') || pg_catalog.jsonb_build_object('x-limit', pg_catalog.jsonb_build_object('maximum', l.limit_name))
+                  WHEN p.name IS NOT NULL THEN pg_catalog.jsonb_build_object('$piece', p.name)
+                  ELSE f.value END)
+         FROM pg_catalog.jsonb_each(m.input_schema -> 'properties') AS f
+         LEFT JOIN (VALUES ('reservations.create', 'count', 64, 'atoms_per_reservation'),
+                           ('reservations.create', 'hold_seconds', 86400, 'hold_seconds_max'),
+                           ('offerings.create', 'max_count', 64, 'atoms_per_reservation'),
+                           ('offerings.create', 'max_duration_seconds', 7776000, 'reservation_window_seconds'),
+                           ('joinTokens.create', 'ttl_seconds', 604800, 'join_token_ttl_seconds_max'))
+                   AS l(method, field, maximum, limit_name)
+                ON l.method = m.method AND l.field = f.key AND f.value -> 'maximum' = pg_catalog.to_jsonb(l.maximum)
+         LEFT JOIN (VALUES ('idempotency_key', 'idempotency_key', '{"type":"string","minLength":1,"maxLength":200}'::jsonb),
+                           ('name', 'name', '{"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"}'),
+                           ('shape', 'shape', '{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?)$"}'),
+                           ('reason', 'reason', '{"type":"string","minLength":1,"maxLength":1000}'),
+                           ('limit', 'list_limit', '{"type":"integer","minimum":1,"maximum":1000}'),
+                           (NULL, 'uuid', '{"type":"string","format":"uuid"}'),
+                           (NULL, 'timestamp', '{"type":"string","format":"date-time"}'))
+                   AS p(field, name, schema) ON (p.field IS NULL OR p.field = f.key) AND p.schema = f.value
+       ), '{}'));
+
+SET LOCAL check_function_bodies = off;
 
 COMMIT;

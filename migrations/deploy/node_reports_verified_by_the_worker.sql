@@ -12,12 +12,6 @@ ALTER TABLE compute.node_identities
     ADD COLUMN report_epoch bigint NOT NULL DEFAULT 0,
     ADD COLUMN report_seq   bigint NOT NULL DEFAULT 0;
 
-COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
-
-INSERT INTO compute.limits (name, value, unit, description) VALUES
-    ('node_reports_pending_per_node', 1024, 'count', 'Reports of one node appended by gateways and not yet verified by a worker.'),
-    ('node_reports_rejected_kept',     100, 'count', 'Rejected reports kept per node (the newest), for operators.');
-
 CREATE TABLE compute.node_reports (
     report_id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     node_id     uuid NOT NULL REFERENCES compute.nodes ON DELETE CASCADE,
@@ -33,16 +27,6 @@ CREATE TABLE compute.node_reports (
 CREATE INDEX node_reports_pending ON compute.node_reports (node_id, epoch, report_id) WHERE state = 'pending';
 
 CREATE INDEX node_reports_rejected ON compute.node_reports (node_id, report_id) WHERE state = 'rejected';
-
-COMMENT ON TABLE compute.node_reports IS 'The nodes'' inbox: signed reports as gateways relayed them, until a worker verified (and applied) or rejected them.';
-
-CREATE VIEW ops.node_reports_rejected AS
-    SELECT r.node_id, n.name AS node, r.report_id, pg_catalog.left(r.envelope ->> 'purpose', 64) AS purpose, r.reason,
-           r.received_at, r.decided_at
-      FROM compute.node_reports AS r JOIN compute.nodes AS n ON n.node_id = r.node_id
-     WHERE r.state = 'rejected';
-
-COMMENT ON VIEW ops.node_reports_rejected IS 'Reports a gateway relayed that a worker rejected (bad signature, replayed, invalid): never applied.';
 
 SET LOCAL check_function_bodies = off;
 
@@ -445,5 +429,27 @@ $function$;
 COMMENT ON FUNCTION worker_api.node_reports_pending(uuid,integer) IS 'A node''s reports to verify, in order, with its registered public key.';
 
 GRANT EXECUTE ON FUNCTION worker_api.node_reports_pending(uuid,integer) TO bc_worker;
+
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
+
+COMMENT ON TABLE compute.node_reports IS 'The nodes'' inbox: signed reports as gateways relayed them, until a worker verified (and applied) or rejected them.';
+
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
+
+INSERT INTO compute.limits (name, value, unit, description) VALUES
+    ('node_reports_pending_per_node', 1024, 'count', 'Reports of one node appended by gateways and not yet verified by a worker.'),
+    ('node_reports_rejected_kept',     100, 'count', 'Rejected reports kept per node (the newest), for operators.');
+
+COMMENT ON TABLE compute.node_reports IS 'The nodes'' inbox: signed reports as gateways relayed them, until a worker verified (and applied) or rejected them.';
+
+CREATE VIEW ops.node_reports_rejected AS
+    SELECT r.node_id, n.name AS node, r.report_id, pg_catalog.left(r.envelope ->> 'purpose', 64) AS purpose, r.reason,
+           r.received_at, r.decided_at
+      FROM compute.node_reports AS r JOIN compute.nodes AS n ON n.node_id = r.node_id
+     WHERE r.state = 'rejected';
+
+COMMENT ON VIEW ops.node_reports_rejected IS 'Reports a gateway relayed that a worker rejected (bad signature, replayed, invalid): never applied.';
+
+SET LOCAL check_function_bodies = off;
 
 COMMIT;

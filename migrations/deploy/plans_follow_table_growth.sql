@@ -6,11 +6,6 @@ BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
-INSERT INTO compute.limits (name, value, unit, description) VALUES
-    ('analyze_changed_rows',            200, 'count',   'Rows a table must have gained, lost or changed since it was last analysed (and at least as many as it then had) before the worker analyses it.');
-
-INSERT INTO compute.work_periodic (kind, every) VALUES ('tables.analyze', interval '30 seconds');
-
 CREATE STATISTICS compute.atoms_validity ON lower(valid), upper(valid), upper_inf(valid) FROM compute.atoms;
 
 SET LOCAL check_function_bodies = off;
@@ -105,5 +100,12 @@ AS $function$ SELECT compute.tables_analyze() $function$;
 COMMENT ON FUNCTION worker_api.tables_analyze() IS 'Periodic: analyse the compute tables that grew, shrank or changed by a factor (invalidates stale cached plans).';
 
 GRANT EXECUTE ON FUNCTION worker_api.tables_analyze() TO bc_worker;
+
+INSERT INTO compute.limits (name, value, unit, description) VALUES
+    ('analyze_changed_rows',            200, 'count',   'Rows a table must have gained, lost or changed since it was last analysed (and at least as many as it then had) before the worker analyses it.');
+
+INSERT INTO compute.work_periodic (kind, every) VALUES ('tables.analyze', interval '30 seconds');
+
+SET LOCAL check_function_bodies = off;
 
 COMMIT;

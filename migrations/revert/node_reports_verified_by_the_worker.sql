@@ -7,6 +7,12 @@ SET LOCAL ROLE bc_owner;
 
 SET LOCAL check_function_bodies = off;
 
+DELETE FROM compute.limits WHERE name IN ('node_reports_pending_per_node', 'node_reports_rejected_kept');
+
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo) and the token it used.';
+
+SET LOCAL check_function_bodies = off;
+
 DROP FUNCTION compute.node_api_removed(text);
 
 DROP FUNCTION compute.node_command_result(uuid,uuid,text,text);
@@ -130,14 +136,14 @@ $function$;
 
 COMMENT ON FUNCTION node_api.spec_observed(uuid,bigint,bigint,jsonb) IS 'The node applied a spec generation; its conditions.';
 
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo) and the token it used.';
+
+COMMENT ON TABLE compute.node_reports IS NULL;
+
 DROP VIEW ops.node_reports_rejected;
 
 DROP TABLE compute.node_reports;
 
-DELETE FROM compute.limits WHERE name IN ('node_reports_pending_per_node', 'node_reports_rejected_kept');
-
 ALTER TABLE compute.node_identities DROP COLUMN report_epoch, DROP COLUMN report_seq;
-
-COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo) and the token it used.';
 
 COMMIT;

@@ -7,6 +7,14 @@ SET LOCAL ROLE bc_owner;
 
 SET LOCAL check_function_bodies = off;
 
+DELETE FROM compute.work WHERE kind = 'tables.analyze';
+
+DELETE FROM compute.work_periodic WHERE kind = 'tables.analyze';
+
+DELETE FROM compute.limits WHERE name = 'analyze_changed_rows';
+
+SET LOCAL check_function_bodies = off;
+
 DROP FUNCTION compute.tables_analyze();
 
 DROP FUNCTION worker_api.tables_analyze();
@@ -63,11 +71,5 @@ END
 $function$;
 
 DROP STATISTICS compute.atoms_validity;
-
-DELETE FROM compute.work WHERE kind = 'tables.analyze';
-
-DELETE FROM compute.work_periodic WHERE kind = 'tables.analyze';
-
-DELETE FROM compute.limits WHERE name = 'analyze_changed_rows';
 
 COMMIT;

@@ -242,7 +242,17 @@ def _apply(dsn: str, statements: list[str]) -> None:
             conn.execute(statement)
 
 
-def _between(build_before: Callable[[str], object], build_after: Callable[[str], object]) -> Generated:
+@dataclass(frozen=True)
+class Kept:
+    """Statements of a change the tool does not write, kept as written, around what it writes."""
+
+    early: list[str] = field(default_factory=list)  # deploy, before the functions: tables, types, indexes
+    late: list[str] = field(default_factory=list)  # deploy, after them: rows, triggers, DO blocks
+    revert_first: list[str] = field(default_factory=list)  # revert, before the functions come back
+    revert_last: list[str] = field(default_factory=list)  # revert, after: dropping tables, types, indexes
+
+
+def _between(build_before: Callable[[str], object], build_after: Callable[[str], object], kept: Kept = Kept()) -> Generated:
     """Build two scratch databases on a throwaway cluster, write the statements from the first to the
     second, and check them: the deploy applied to the first must leave only what `by_hand` lists
     different from the second, and the revert must give the first's catalog back."""
@@ -254,12 +264,17 @@ def _between(build_before: Callable[[str], object], build_after: Callable[[str],
         cluster.ensure_database("after")
         build_before(before_dsn)
         build_after(after_dsn)
+        before = dump_entries(before_dsn)
+        try:
+            _apply(before_dsn, kept.early)
+        except psycopg.Error as error:
+            raise migrate.PlanError(f"the statements kept before the functions do not run first ({error})") from error
         plan, target = read_catalog(before_dsn), read_catalog(after_dsn)
-        generated = Generated(deploy=_step(plan, target), revert=_step(target, plan), verify=_verify(plan, target),
-                              objects=_objects(plan, target))
-        before, wanted = dump_entries(before_dsn), dump_entries(after_dsn)
-        _apply(before_dsn, generated.deploy)
-        generated.by_hand = _differing(dump_entries(before_dsn), wanted)
+        generated = Generated(deploy=[*kept.early, *_step(plan, target), *kept.late],
+                              revert=[*kept.revert_first, *_step(target, plan), *kept.revert_last],
+                              verify=_verify(plan, target), objects=_objects(plan, target))
+        _apply(before_dsn, generated.deploy[len(kept.early):])
+        generated.by_hand = _differing(dump_entries(before_dsn), dump_entries(after_dsn))
         if not generated.by_hand:
             _apply(before_dsn, generated.revert)
             undone = _differing(dump_entries(before_dsn), before)
@@ -287,6 +302,10 @@ def _writes_a_routine(statement: ast.Node) -> bool:
     return isinstance(statement, ast.DropStmt) and statement.removeType in _ROUTINES
 
 
+_EARLY = (ast.CreateStmt, ast.AlterTableStmt, ast.IndexStmt, ast.CompositeTypeStmt, ast.CreateEnumStmt,
+          ast.CreateStatsStmt, ast.CreateSeqStmt, ast.DefineStmt, ast.CreateDomainStmt)
+
+
 def kept_statements(script: str) -> list[str]:
     """The statements of a script that the tool does not write (tables, indexes, rows, DO blocks),
     in their order, without the BEGIN/COMMIT and SET LOCAL ROLE that every script has."""
@@ -300,32 +319,35 @@ def kept_statements(script: str) -> list[str]:
     return kept
 
 
+def _is_early(statement: str) -> bool:
+    """A definition functions may use (a table, a type, an index, dropping one in a revert)."""
+    parsed = pglast.parse_sql(statement)[0].stmt
+    return isinstance(parsed, _EARLY) or (isinstance(parsed, ast.DropStmt) and parsed.removeType not in _ROUTINES)
+
+
 def regenerate(name: str, top: Path = migrate.MIGRATIONS_DIR) -> Generated:
     """The deploy and revert statements of an unreleased change, its functions written again by the
-    tool from the catalogs before and after it; what the tool does not write (a table, a row, a DO
-    block) is kept as written, before the functions in the deploy and after them in the revert.
-    Refuses (PlanError) a released change, and a change whose kept statements cannot run first."""
+    tool from the catalogs before and after it. What the tool does not write is kept as written:
+    tables, types and indexes before the functions in the deploy (after them in the revert), rows,
+    triggers and DO blocks after them (before them in the revert). Refuses (PlanError) a released
+    change, and one whose kept statements do not run in that order."""
     plan = migrate.read_plan(top)
     index = plan.index(name)
     change = plan.changes[index]
     if change.id in {released.id for released in plan.released()}:
         raise migrate.PlanError(f"{name!r} is released: its scripts never change")
-    kept_deploy = kept_statements(change.script("deploy", top).read_text())
-    kept_revert = kept_statements(change.script("revert", top).read_text())
+    deploy = kept_statements(change.script("deploy", top).read_text())
+    revert = kept_statements(change.script("revert", top).read_text())
+    kept = Kept(early=[s for s in deploy if _is_early(s)], late=[s for s in deploy if not _is_early(s)],
+                revert_first=[s for s in revert if not _is_early(s)], revert_last=[s for s in revert if _is_early(s)])
     previous = plan.qualified(index - 1)
-
-    def before(dsn: str) -> None:
-        migrate.migrate(dsn, top, to=previous)
-        try:
-            _apply(dsn, kept_deploy)
-        except psycopg.Error as error:
-            raise migrate.PlanError(f"{name!r}: its other statements need its functions first ({error}): it stays as written") from error
-
-    generated = _between(before, lambda dsn: migrate.migrate(dsn, top, to=plan.qualified(index)))
+    try:
+        generated = _between(lambda dsn: migrate.migrate(dsn, top, to=previous),
+                             lambda dsn: migrate.migrate(dsn, top, to=plan.qualified(index)), kept)
+    except (psycopg.Error, RuntimeError) as error:
+        raise migrate.PlanError(f"{name!r}: its kept statements do not run around generated functions ({error}): it stays as written") from error
     if generated.by_hand:
         raise migrate.PlanError(f"{name!r} changes what the tool does not write: {generated.by_hand}")
-    generated.deploy = [*kept_deploy, *generated.deploy]
-    generated.revert = [*generated.revert, *kept_revert]
     return generated
 
 
