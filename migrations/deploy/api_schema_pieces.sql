@@ -125,6 +125,8 @@ COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the m
 
 COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
 
+COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
+
 INSERT INTO compute.api_schema_pieces (name, schema, description) VALUES
     ('idempotency_key', '{"type":"string","minLength":1,"maxLength":200}', 'The retry key every mutation takes.'),
     ('uuid',            '{"type":"string","format":"uuid"}', 'An id.'),
@@ -158,7 +160,5 @@ UPDATE api.methods AS m
                            (NULL, 'timestamp', '{"type":"string","format":"date-time"}'))
                    AS p(field, name, schema) ON (p.field IS NULL OR p.field = f.key) AND p.schema = f.value
        ), '{}'));
-
-SET LOCAL check_function_bodies = off;
 
 COMMIT;

@@ -436,6 +436,10 @@ COMMENT ON TABLE compute.node_reports IS 'The nodes'' inbox: signed reports as g
 
 COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
 
+COMMENT ON TABLE compute.node_reports IS 'The nodes'' inbox: signed reports as gateways relayed them, until a worker verified (and applied) or rejected them.';
+
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
+
 INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('node_reports_pending_per_node', 1024, 'count', 'Reports of one node appended by gateways and not yet verified by a worker.'),
     ('node_reports_rejected_kept',     100, 'count', 'Rejected reports kept per node (the newest), for operators.');
@@ -449,7 +453,5 @@ CREATE VIEW ops.node_reports_rejected AS
      WHERE r.state = 'rejected';
 
 COMMENT ON VIEW ops.node_reports_rejected IS 'Reports a gateway relayed that a worker rejected (bad signature, replayed, invalid): never applied.';
-
-SET LOCAL check_function_bodies = off;
 
 COMMIT;

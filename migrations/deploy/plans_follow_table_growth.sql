@@ -106,6 +106,4 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
 
 INSERT INTO compute.work_periodic (kind, every) VALUES ('tables.analyze', interval '30 seconds');
 
-SET LOCAL check_function_bodies = off;
-
 COMMIT;

@@ -5,12 +5,12 @@ BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
-SET LOCAL check_function_bodies = off;
-
 UPDATE api.methods AS m
    SET input_schema = pg_catalog.jsonb_set(m.input_schema, '{properties}', coalesce((
        SELECT pg_catalog.jsonb_object_agg(f.key, f.value - 'x-limit')
          FROM pg_catalog.jsonb_each(compute.schema_resolve(m.input_schema) -> 'properties') AS f), '{}'));
+
+COMMENT ON TABLE compute.api_schema_pieces IS NULL;
 
 SET LOCAL check_function_bodies = off;
 

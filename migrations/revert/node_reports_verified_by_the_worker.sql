@@ -5,11 +5,13 @@ BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
-SET LOCAL check_function_bodies = off;
-
 DELETE FROM compute.limits WHERE name IN ('node_reports_pending_per_node', 'node_reports_rejected_kept');
 
 COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo) and the token it used.';
+
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo) and the token it used.';
+
+COMMENT ON TABLE compute.node_reports IS NULL;
 
 SET LOCAL check_function_bodies = off;
 

@@ -5,8 +5,6 @@ BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
-SET LOCAL check_function_bodies = off;
-
 DELETE FROM compute.work WHERE kind = 'tables.analyze';
 
 DELETE FROM compute.work_periodic WHERE kind = 'tables.analyze';

@@ -312,8 +312,8 @@ def kept_statements(script: str) -> list[str]:
     kept = []
     for text in pglast.split(migrate.without_transaction_lines(script)):
         statement = pglast.parse_sql(text)[0].stmt
-        if isinstance(statement, ast.VariableSetStmt) and statement.name == "role":
-            continue
+        if isinstance(statement, ast.VariableSetStmt) and statement.name in ("role", "check_function_bodies"):
+            continue  # what every script sets, and what the tool sets before its functions
         if not _writes_a_routine(statement):
             kept.append(text.strip() + ";")
     return kept
