@@ -1,4 +1,4 @@
--- Roles (DESIGN §3). NOLOGIN group roles; login roles are the deployer's choice, e.g.
+-- Roles (docs/architecture.md §3). NOLOGIN group roles; login roles are the deployer's choice, e.g.
 --   CREATE ROLE relay LOGIN; GRANT bc_api TO relay;
 --
 --   bc_owner     owns every object; SECURITY DEFINER functions run as it. Never a login role.

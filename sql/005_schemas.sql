@@ -1,4 +1,4 @@
--- Schemas and the privileges every later object inherits (DESIGN §3).
+-- Schemas and the privileges every later object inherits (docs/architecture.md §3).
 --
 -- Objects are created by bc_owner (each later file starts with SET LOCAL ROLE bc_owner), so the
 -- default privileges below apply to all of them:

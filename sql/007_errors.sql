@@ -1,4 +1,4 @@
--- The error contract (DESIGN §13). SQL raises project SQLSTATEs of class BC with a HINT a person can
+-- The error contract (docs/architecture.md §13). SQL raises project SQLSTATEs of class BC with a HINT a person can
 -- act on; the relay maps SQLSTATE to a stable code and an HTTP status. This table is the contract's
 -- one place: every process reads it at start-up through error_contract() (below).
 -- CAPACITY_CONFLICT is also what the relay reports for PostgreSQL's own 23P01 (exclusion
@@ -6,12 +6,12 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.error_codes (
-    code        text PRIMARY KEY CHECK (code ~ '^[A-Z][A-Z_]*$'),
-    sqlstate    text NOT NULL UNIQUE CHECK (sqlstate ~ '^BC[0-9A-Z]{3}$'),
-    http_status integer NOT NULL CHECK (http_status BETWEEN 400 AND 599),
+    code        text CONSTRAINT error_codes_pkey PRIMARY KEY CONSTRAINT error_codes_code_check CHECK (code ~ '^[A-Z][A-Z_]*$'),
+    sqlstate    text NOT NULL CONSTRAINT error_codes_sqlstate_key UNIQUE CONSTRAINT error_codes_sqlstate_check CHECK (sqlstate ~ '^BC[0-9A-Z]{3}$'),
+    http_status integer NOT NULL CONSTRAINT error_codes_http_status_check CHECK (http_status BETWEEN 400 AND 599),
     meaning     text NOT NULL
 );
-COMMENT ON TABLE compute.error_codes IS 'Error contract: code, SQLSTATE and HTTP status (DESIGN §13).';
+COMMENT ON TABLE compute.error_codes IS 'Error contract: code, SQLSTATE and HTTP status (docs/architecture.md §13).';
 
 INSERT INTO compute.error_codes (code, sqlstate, http_status, meaning) VALUES
     ('INVALID_ARGUMENT',     'BC400', 400, 'The request is malformed or a value is out of range.'),

@@ -10,7 +10,7 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.clock_control (
-    singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    singleton   boolean CONSTRAINT clock_control_pkey PRIMARY KEY DEFAULT true CONSTRAINT clock_control_singleton_check CHECK (singleton),
     pin_allowed boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE compute.clock_control IS 'One row: whether compute_now() may be pinned or moved (test databases only).';

@@ -1,12 +1,12 @@
--- Bounds (P12, DESIGN §14): every queue, batch, payload and buffer has its limit here, in one place.
+-- Bounds (P12, docs/architecture.md §14): every queue, batch, payload and buffer has its limit here, in one place.
 -- Operators read them in ops.limits; code reads one with compute.limit(name), which fails closed:
 -- an unknown name is an error, never a silent "no limit".
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.limits (
-    name        text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]*$'),
-    value       bigint NOT NULL CHECK (value > 0),
-    unit        text NOT NULL CHECK (unit IN ('bytes', 'count', 'seconds')),
+    name        text CONSTRAINT limits_pkey PRIMARY KEY CONSTRAINT limits_name_check CHECK (name ~ '^[a-z][a-z0-9_]*$'),
+    value       bigint NOT NULL CONSTRAINT limits_value_check CHECK (value > 0),
+    unit        text NOT NULL CONSTRAINT limits_unit_check CHECK (unit IN ('bytes', 'count', 'seconds')),
     description text NOT NULL
 );
 COMMENT ON TABLE compute.limits IS 'Every bound of the system, in one place (P12).';

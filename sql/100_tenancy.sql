@@ -1,21 +1,21 @@
--- Tenancy (DESIGN §5). Better IAM owns the tenant tree; we mirror a tenant's id (and a display
+-- Tenancy (docs/architecture.md §5). Better IAM owns the tenant tree; we mirror a tenant's id (and a display
 -- name) so that our rows can reference it. Projects live inside a tenant.
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.tenants (
-    tenant_id  uuid PRIMARY KEY,
-    name       text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    tenant_id  uuid CONSTRAINT tenants_pkey PRIMARY KEY,
+    name       text NOT NULL CONSTRAINT tenants_name_check CHECK (length(name) BETWEEN 1 AND 200),
     created_at timestamptz NOT NULL
 );
 COMMENT ON TABLE compute.tenants IS 'Mirror of Better IAM tenants we hold rows for (id and display name only).';
 
 CREATE TABLE compute.projects (
-    project_id uuid PRIMARY KEY,
-    tenant_id  uuid NOT NULL REFERENCES compute.tenants,
-    name       text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
+    project_id uuid CONSTRAINT projects_pkey PRIMARY KEY,
+    tenant_id  uuid NOT NULL CONSTRAINT projects_tenant_id_fkey REFERENCES compute.tenants,
+    name       text NOT NULL CONSTRAINT projects_name_check CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
     created_at timestamptz NOT NULL,
-    UNIQUE (tenant_id, name),
-    UNIQUE (project_id, tenant_id)
+    CONSTRAINT projects_tenant_id_name_key UNIQUE (tenant_id, name),
+    CONSTRAINT projects_project_id_tenant_id_key UNIQUE (project_id, tenant_id)
 );
 COMMENT ON TABLE compute.projects IS 'A project inside a tenant; quotas and reservations may name one.';
 

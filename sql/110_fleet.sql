@@ -1,4 +1,4 @@
--- The fleet (DESIGN §5): sites, pools, nodes, node flags, node sessions and devices.
+-- The fleet (docs/architecture.md §5): sites, pools, nodes, node flags, node sessions and devices.
 --   site   a location / network domain
 --   pool   one site, exactly one GPU model; the scheduling and policy domain (pack or spread)
 --   node   one server in one pool; its last inventory document is kept whole (unknown fields too)
@@ -7,58 +7,58 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.sites (
-    site_id    uuid PRIMARY KEY,
-    name       text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
+    site_id    uuid CONSTRAINT sites_pkey PRIMARY KEY,
+    name       text NOT NULL CONSTRAINT sites_name_check CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
     created_at timestamptz NOT NULL,
-    tenant_id  uuid REFERENCES compute.tenants,
+    tenant_id  uuid CONSTRAINT sites_tenant_id_fkey REFERENCES compute.tenants,
     CONSTRAINT sites_tenant_id_name_key UNIQUE NULLS NOT DISTINCT (tenant_id, name)
 );
 COMMENT ON TABLE compute.sites IS 'A location or network domain.';
 COMMENT ON COLUMN compute.sites.tenant_id IS 'The tenant that owns the site, its pools and nodes; NULL: an operator''s site, reachable through ops only.';
 
 CREATE TABLE compute.pools (
-    pool_id          uuid PRIMARY KEY,
-    site_id          uuid NOT NULL REFERENCES compute.sites,
-    name             text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
-    gpu_model        text NOT NULL CHECK (length(gpu_model) BETWEEN 1 AND 200),
-    placement_policy text NOT NULL DEFAULT 'pack' CHECK (placement_policy IN ('pack', 'spread')),
+    pool_id          uuid CONSTRAINT pools_pkey PRIMARY KEY,
+    site_id          uuid NOT NULL CONSTRAINT pools_site_id_fkey REFERENCES compute.sites,
+    name             text NOT NULL CONSTRAINT pools_name_check CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
+    gpu_model        text NOT NULL CONSTRAINT pools_gpu_model_check CHECK (length(gpu_model) BETWEEN 1 AND 200),
+    placement_policy text NOT NULL DEFAULT 'pack' CONSTRAINT pools_placement_policy_check CHECK (placement_policy IN ('pack', 'spread')),
     created_at       timestamptz NOT NULL,
-    UNIQUE (site_id, name),
-    UNIQUE (pool_id, site_id)
+    CONSTRAINT pools_site_id_name_key UNIQUE (site_id, name),
+    CONSTRAINT pools_pool_id_site_id_key UNIQUE (pool_id, site_id)
 );
 COMMENT ON TABLE compute.pools IS 'One site, exactly one GPU model; pack fills partly used nodes first, spread the emptiest.';
 
 CREATE TABLE compute.nodes (
-    node_id      uuid PRIMARY KEY,
+    node_id      uuid CONSTRAINT nodes_pkey PRIMARY KEY,
     site_id      uuid NOT NULL,
     pool_id      uuid NOT NULL,
-    name         text NOT NULL CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$'),
+    name         text NOT NULL CONSTRAINT nodes_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$'),
     rank         bigint GENERATED ALWAYS AS IDENTITY,  -- stable order for placement tie-breaks
     inventory    jsonb NOT NULL,
     inventory_at timestamptz NOT NULL,
     created_at   timestamptz NOT NULL,
-    FOREIGN KEY (pool_id, site_id) REFERENCES compute.pools (pool_id, site_id),
-    UNIQUE (site_id, name),
-    UNIQUE (node_id, site_id)
+    CONSTRAINT nodes_pool_id_site_id_fkey FOREIGN KEY (pool_id, site_id) REFERENCES compute.pools (pool_id, site_id),
+    CONSTRAINT nodes_site_id_name_key UNIQUE (site_id, name),
+    CONSTRAINT nodes_node_id_site_id_key UNIQUE (node_id, site_id)
 );
 CREATE INDEX nodes_pool ON compute.nodes (pool_id);
 COMMENT ON TABLE compute.nodes IS 'One server; inventory is the last accepted inventory document (docs/inventory.md).';
 
 CREATE TABLE compute.node_flags (
-    node_id      uuid NOT NULL REFERENCES compute.nodes ON DELETE CASCADE,
-    flag         text NOT NULL CHECK (flag IN ('cordoned', 'draining', 'quarantined')),
+    node_id      uuid NOT NULL CONSTRAINT node_flags_node_id_fkey REFERENCES compute.nodes ON DELETE CASCADE,
+    flag         text NOT NULL CONSTRAINT node_flags_flag_check CHECK (flag IN ('cordoned', 'draining', 'quarantined')),
     set_by       text NOT NULL,
-    reason       text NOT NULL CHECK (length(reason) BETWEEN 1 AND 1000),
+    reason       text NOT NULL CONSTRAINT node_flags_reason_check CHECK (length(reason) BETWEEN 1 AND 1000),
     set_at       timestamptz NOT NULL,
-    completed_at timestamptz CHECK (completed_at IS NULL OR flag = 'draining'),
-    PRIMARY KEY (node_id, flag)
+    completed_at timestamptz CONSTRAINT node_flags_completed_only_when_draining CHECK (completed_at IS NULL OR flag = 'draining'),
+    CONSTRAINT node_flags_pkey PRIMARY KEY (node_id, flag)
 );
 COMMENT ON TABLE compute.node_flags IS 'A node with any flag gets no new placements. Draining also waits for its current bookings to end.';
 
 CREATE TABLE compute.node_sessions (
-    node_id       uuid PRIMARY KEY REFERENCES compute.nodes ON DELETE CASCADE,
-    epoch         bigint NOT NULL CHECK (epoch > 0),
-    gateway       text NOT NULL CHECK (length(gateway) BETWEEN 1 AND 200),
+    node_id       uuid CONSTRAINT node_sessions_pkey PRIMARY KEY CONSTRAINT node_sessions_node_id_fkey REFERENCES compute.nodes ON DELETE CASCADE,
+    epoch         bigint NOT NULL CONSTRAINT node_sessions_epoch_check CHECK (epoch > 0),
+    gateway       text NOT NULL CONSTRAINT node_sessions_gateway_check CHECK (length(gateway) BETWEEN 1 AND 200),
     opened_at     timestamptz NOT NULL,
     last_heard_at timestamptz NOT NULL,
     closed_at     timestamptz
@@ -66,23 +66,23 @@ CREATE TABLE compute.node_sessions (
 COMMENT ON TABLE compute.node_sessions IS 'The current session of each node: its epoch (fencing token), gateway, when last heard.';
 
 CREATE TABLE compute.devices (
-    device_id     uuid PRIMARY KEY,
+    device_id     uuid CONSTRAINT devices_pkey PRIMARY KEY,
     site_id       uuid NOT NULL,
     node_id       uuid NOT NULL,
-    uuid          text NOT NULL UNIQUE CHECK (length(uuid) BETWEEN 1 AND 100),
-    index         integer NOT NULL CHECK (index >= 0),
-    pci_bus_id    text NOT NULL CHECK (length(pci_bus_id) BETWEEN 1 AND 64),
+    uuid          text NOT NULL CONSTRAINT devices_uuid_key UNIQUE CONSTRAINT devices_uuid_check CHECK (length(uuid) BETWEEN 1 AND 100),
+    index         integer NOT NULL CONSTRAINT devices_index_check CHECK (index >= 0),
+    pci_bus_id    text NOT NULL CONSTRAINT devices_pci_bus_id_check CHECK (length(pci_bus_id) BETWEEN 1 AND 64),
     model         text NOT NULL,
-    memory_mib    integer NOT NULL CHECK (memory_mib > 0),
+    memory_mib    integer NOT NULL CONSTRAINT devices_memory_mib_check CHECK (memory_mib > 0),
     numa_node     integer,
     nvlink_peers  text[] NOT NULL DEFAULT '{}',
     mig_supported boolean NOT NULL DEFAULT false,
-    mig_profiles  jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(mig_profiles) = 'array'),
+    mig_profiles  jsonb NOT NULL DEFAULT '[]' CONSTRAINT devices_mig_profiles_check CHECK (jsonb_typeof(mig_profiles) = 'array'),
     layout        text NOT NULL DEFAULT 'whole',
     layout_since  timestamptz NOT NULL,
     present       boolean NOT NULL DEFAULT true,
-    FOREIGN KEY (node_id, site_id) REFERENCES compute.nodes (node_id, site_id),
-    UNIQUE (device_id, site_id)
+    CONSTRAINT devices_node_id_site_id_fkey FOREIGN KEY (node_id, site_id) REFERENCES compute.nodes (node_id, site_id),
+    CONSTRAINT devices_device_id_site_id_key UNIQUE (device_id, site_id)
 );
 CREATE INDEX devices_node ON compute.devices (node_id, index);
 CREATE INDEX devices_absent ON compute.devices (device_id) WHERE NOT present;

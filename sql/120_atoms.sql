@@ -1,4 +1,4 @@
--- Atoms (DESIGN §5-6): the only bookable things. A whole GPU, a MIG instance (profile + placement)
+-- Atoms (docs/architecture.md §5-6): the only bookable things. A whole GPU, a MIG instance (profile + placement)
 -- or a time-slice slot. Each atom covers a part of its device:
 --   slices  the GPU's memory slices, [0,8) for a whole GPU or a slot, [p, p+size) for a MIG instance
 --   shares  [0,) (all) for a whole GPU or a MIG instance, [k,k+1) for time-slice slot k
@@ -8,26 +8,26 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.atoms (
-    atom_id      uuid PRIMARY KEY,
+    atom_id      uuid CONSTRAINT atoms_pkey PRIMARY KEY,
     site_id      uuid NOT NULL,
     pool_id      uuid NOT NULL,
     node_id      uuid NOT NULL,
     device_id    uuid NOT NULL,
     node_rank    bigint NOT NULL,   -- copies of nodes.rank and devices.index: placement walks
     device_index integer NOT NULL,  -- an index in pack or spread order and stops early
-    kind         text NOT NULL CHECK (kind IN ('gpu', 'mig', 'slot')),
+    kind         text NOT NULL CONSTRAINT atoms_kind_check CHECK (kind IN ('gpu', 'mig', 'slot')),
     profile      text,
     placement    integer,
     slot         integer,
     slot_count   integer,
     shape        text NOT NULL GENERATED ALWAYS AS (CASE kind WHEN 'mig' THEN 'mig:' || profile ELSE kind END) STORED,
-    slices       int4range NOT NULL CHECK (NOT isempty(slices) AND slices <@ int4range(0, 8)),
-    shares       int4range NOT NULL CHECK (NOT isempty(shares) AND lower(shares) >= 0),
-    gpu_fraction numeric NOT NULL CHECK (gpu_fraction > 0 AND gpu_fraction <= 1),
-    valid        tstzrange NOT NULL CHECK (NOT isempty(valid) AND NOT lower_inf(valid) AND lower_inc(valid) AND NOT upper_inc(valid)),
-    CHECK ((kind = 'mig') = (profile IS NOT NULL AND placement IS NOT NULL)),
-    CHECK ((kind = 'slot') = (slot IS NOT NULL AND slot_count IS NOT NULL)),
-    FOREIGN KEY (device_id, site_id) REFERENCES compute.devices (device_id, site_id),
+    slices       int4range NOT NULL CONSTRAINT atoms_slices_check CHECK (NOT isempty(slices) AND slices <@ int4range(0, 8)),
+    shares       int4range NOT NULL CONSTRAINT atoms_shares_check CHECK (NOT isempty(shares) AND lower(shares) >= 0),
+    gpu_fraction numeric NOT NULL CONSTRAINT atoms_gpu_fraction_check CHECK (gpu_fraction > 0 AND gpu_fraction <= 1),
+    valid        tstzrange NOT NULL CONSTRAINT atoms_valid_check CHECK (NOT isempty(valid) AND NOT lower_inf(valid) AND lower_inc(valid) AND NOT upper_inc(valid)),
+    CONSTRAINT atoms_mig_has_profile_and_placement CHECK ((kind = 'mig') = (profile IS NOT NULL AND placement IS NOT NULL)),
+    CONSTRAINT atoms_slot_has_slot_and_count CHECK ((kind = 'slot') = (slot IS NOT NULL AND slot_count IS NOT NULL)),
+    CONSTRAINT atoms_device_id_site_id_fkey FOREIGN KEY (device_id, site_id) REFERENCES compute.devices (device_id, site_id),
     CONSTRAINT atoms_disjoint EXCLUDE USING gist (device_id WITH =, slices WITH &&, shares WITH &&, valid WITH &&)
 );
 CREATE INDEX atoms_pack_order ON compute.atoms (pool_id, shape, node_rank, device_index, slices, slot);

@@ -1,4 +1,4 @@
--- Inventory in (DESIGN §17): compute.node_register takes the inventory document a node daemon
+-- Inventory in (docs/architecture.md §17): compute.node_register takes the inventory document a node daemon
 -- sends (docs/inventory.md) and creates or updates the node, its devices and their atoms.
 -- Unknown fields are kept (the whole document is stored); missing or mistyped required ones are
 -- INVALID_ARGUMENT naming the field. A GPU that is not the pool's model refuses the whole node.

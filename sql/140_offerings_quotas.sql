@@ -6,27 +6,27 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.offerings (
-    offering_id   uuid PRIMARY KEY,
-    pool_id       uuid NOT NULL REFERENCES compute.pools,
-    shape         text NOT NULL CHECK (shape ~ '^(gpu|slot|mig:[0-9]+g\.[0-9]+gb(\+me)?)$'),
-    instance_kind text NOT NULL DEFAULT 'devices' CHECK (instance_kind IN ('devices', 'bare_metal', 'vps')),
-    max_count     integer NOT NULL CHECK (max_count > 0),
-    max_duration  interval NOT NULL CHECK (max_duration > interval '0'),
+    offering_id   uuid CONSTRAINT offerings_pkey PRIMARY KEY,
+    pool_id       uuid NOT NULL CONSTRAINT offerings_pool_id_fkey REFERENCES compute.pools,
+    shape         text NOT NULL CONSTRAINT offerings_shape_check CHECK (shape ~ '^(gpu|slot|mig:[0-9]+g\.[0-9]+gb(\+me)?)$'),
+    instance_kind text NOT NULL DEFAULT 'devices' CONSTRAINT offerings_instance_kind_check CHECK (instance_kind IN ('devices', 'bare_metal', 'vps')),
+    max_count     integer NOT NULL CONSTRAINT offerings_max_count_check CHECK (max_count > 0),
+    max_duration  interval NOT NULL CONSTRAINT offerings_max_duration_check CHECK (max_duration > interval '0'),
     created_at    timestamptz NOT NULL,
-    UNIQUE (pool_id, shape, instance_kind)
+    CONSTRAINT offerings_pool_id_shape_instance_kind_key UNIQUE (pool_id, shape, instance_kind)
 );
 COMMENT ON TABLE compute.offerings IS 'What a tenant may ask a pool for: shape, instance kind, max count and max duration.';
 
 CREATE TABLE compute.quotas (
-    quota_id            uuid PRIMARY KEY,
-    tenant_id           uuid NOT NULL REFERENCES compute.tenants,
+    quota_id            uuid CONSTRAINT quotas_pkey PRIMARY KEY,
+    tenant_id           uuid NOT NULL CONSTRAINT quotas_tenant_id_fkey REFERENCES compute.tenants,
     project_id          uuid,
-    pool_id             uuid NOT NULL REFERENCES compute.pools,
-    max_atoms           integer CHECK (max_atoms >= 0),
-    gpu_hours_per_month numeric CHECK (gpu_hours_per_month >= 0),
+    pool_id             uuid NOT NULL CONSTRAINT quotas_pool_id_fkey REFERENCES compute.pools,
+    max_atoms           integer CONSTRAINT quotas_max_atoms_check CHECK (max_atoms >= 0),
+    gpu_hours_per_month numeric CONSTRAINT quotas_gpu_hours_per_month_check CHECK (gpu_hours_per_month >= 0),
     updated_at          timestamptz NOT NULL,
-    FOREIGN KEY (project_id, tenant_id) REFERENCES compute.projects (project_id, tenant_id),
-    UNIQUE NULLS NOT DISTINCT (tenant_id, project_id, pool_id)
+    CONSTRAINT quotas_project_id_tenant_id_fkey FOREIGN KEY (project_id, tenant_id) REFERENCES compute.projects (project_id, tenant_id),
+    CONSTRAINT quotas_tenant_id_project_id_pool_id_key UNIQUE NULLS NOT DISTINCT (tenant_id, project_id, pool_id)
 );
 COMMENT ON TABLE compute.quotas IS 'Per tenant (project NULL) or project, per pool: max concurrent atoms and GPU-hours per calendar month; NULL = unlimited.';
 

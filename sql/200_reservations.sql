@@ -1,4 +1,4 @@
--- Reservations and bookings (DESIGN §5-6): who holds what, when.
+-- Reservations and bookings (docs/architecture.md §5-6): who holds what, when.
 --   reservation  a tenant's request: pool, shape, count, window [start, end), lease, idempotency key
 --   booking      one row per atom per reservation; the rows the exclusion constraint guards
 --
@@ -11,31 +11,31 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.reservations (
-    reservation_id  uuid PRIMARY KEY,
-    tenant_id       uuid NOT NULL REFERENCES compute.tenants,
+    reservation_id  uuid CONSTRAINT reservations_pkey PRIMARY KEY,
+    tenant_id       uuid NOT NULL CONSTRAINT reservations_tenant_id_fkey REFERENCES compute.tenants,
     project_id      uuid,
     site_id         uuid NOT NULL,
     pool_id         uuid NOT NULL,
     shape           text NOT NULL,
-    count           integer NOT NULL CHECK (count > 0),
-    during          tstzrange NOT NULL CHECK (NOT isempty(during) AND lower_inc(during) AND NOT upper_inc(during)
+    count           integer NOT NULL CONSTRAINT reservations_count_check CHECK (count > 0),
+    during          tstzrange NOT NULL CONSTRAINT reservations_during_check CHECK (NOT isempty(during) AND lower_inc(during) AND NOT upper_inc(during)
                                               AND NOT lower_inf(during) AND NOT upper_inf(during)),
     same_node       boolean NOT NULL DEFAULT false,
-    state           text NOT NULL CHECK (state IN ('provisional', 'active', 'released', 'cancelled', 'void', 'expired')),
+    state           text NOT NULL CONSTRAINT reservations_state_check CHECK (state IN ('provisional', 'active', 'released', 'cancelled', 'void', 'expired')),
     expires_at      timestamptz,
-    hold_seconds    integer CHECK (hold_seconds > 0),
+    hold_seconds    integer CONSTRAINT reservations_hold_seconds_check CHECK (hold_seconds > 0),
     hold_until      timestamptz,
-    idempotency_key text CHECK (length(idempotency_key) BETWEEN 1 AND 200),
+    idempotency_key text CONSTRAINT reservations_idempotency_key_check CHECK (length(idempotency_key) BETWEEN 1 AND 200),
     request_hash    text NOT NULL,
     created_at      timestamptz NOT NULL,
     activated_at    timestamptz,
     ended_at        timestamptz,
     end_reason      text,
-    CHECK ((state = 'provisional') = (expires_at IS NOT NULL)),
-    CHECK ((hold_seconds IS NULL) = (hold_until IS NULL)),
-    FOREIGN KEY (project_id, tenant_id) REFERENCES compute.projects (project_id, tenant_id),
-    FOREIGN KEY (pool_id, site_id) REFERENCES compute.pools (pool_id, site_id),
-    UNIQUE (tenant_id, idempotency_key)
+    CONSTRAINT reservations_provisional_has_expiry CHECK ((state = 'provisional') = (expires_at IS NOT NULL)),
+    CONSTRAINT reservations_lease_has_hold_until CHECK ((hold_seconds IS NULL) = (hold_until IS NULL)),
+    CONSTRAINT reservations_project_id_tenant_id_fkey FOREIGN KEY (project_id, tenant_id) REFERENCES compute.projects (project_id, tenant_id),
+    CONSTRAINT reservations_pool_id_site_id_fkey FOREIGN KEY (pool_id, site_id) REFERENCES compute.pools (pool_id, site_id),
+    CONSTRAINT reservations_tenant_id_idempotency_key_key UNIQUE (tenant_id, idempotency_key)
 );
 CREATE INDEX reservations_provisional ON compute.reservations (expires_at) WHERE state = 'provisional';
 CREATE INDEX reservations_held ON compute.reservations (hold_until) WHERE state = 'active' AND hold_until IS NOT NULL;
@@ -43,21 +43,21 @@ CREATE INDEX reservations_tenant ON compute.reservations (tenant_id, created_at)
 COMMENT ON TABLE compute.reservations IS 'A tenant''s request for count atoms of a shape in a pool during [start, end).';
 
 CREATE TABLE compute.bookings (
-    booking_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    reservation_id uuid NOT NULL REFERENCES compute.reservations,
+    booking_id     bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT bookings_pkey PRIMARY KEY,
+    reservation_id uuid NOT NULL CONSTRAINT bookings_reservation_id_fkey REFERENCES compute.reservations,
     tenant_id      uuid NOT NULL,
     project_id     uuid,
     site_id        uuid NOT NULL,
     pool_id        uuid NOT NULL,
     node_id        uuid NOT NULL,
     device_id      uuid NOT NULL,
-    atom_id        uuid NOT NULL REFERENCES compute.atoms,
+    atom_id        uuid NOT NULL CONSTRAINT bookings_atom_id_fkey REFERENCES compute.atoms,
     slices         int4range NOT NULL,
     shares         int4range NOT NULL,
     gpu_fraction   numeric NOT NULL,
-    during         tstzrange NOT NULL CHECK (NOT isempty(during) AND lower_inc(during) AND NOT upper_inc(during)
+    during         tstzrange NOT NULL CONSTRAINT bookings_during_check CHECK (NOT isempty(during) AND lower_inc(during) AND NOT upper_inc(during)
                                              AND NOT lower_inf(during) AND NOT upper_inf(during)),
-    state          text NOT NULL CHECK (state IN ('provisional', 'active', 'released', 'void')),
+    state          text NOT NULL CONSTRAINT bookings_state_check CHECK (state IN ('provisional', 'active', 'released', 'void')),
     CONSTRAINT bookings_exclusive EXCLUDE USING gist
         (site_id WITH =, device_id WITH =, slices WITH &&, shares WITH &&, during WITH &&)
         WHERE (state IN ('provisional', 'active'))

@@ -1,4 +1,4 @@
--- Placement (DESIGN §6): which atoms a request gets. SQL, in four steps:
+-- Placement (docs/architecture.md §6): which atoms a request gets. SQL, in four steps:
 --   1. candidates  up to placement_candidates free atoms of the shape, valid for the whole window, on
 --                  present GPUs without a critical condition (compute.device_conditions: not converged
 --                  to the layout valid now, MIG failed, a fault) of nodes without flags, in the pool's static order (pack: node by

@@ -1,4 +1,4 @@
--- Quota enforcement (DESIGN §5): inside the booking transaction, correct under concurrency.
+-- Quota enforcement (docs/architecture.md §5): inside the booking transaction, correct under concurrency.
 -- The quota rows that apply (the tenant's for the pool, and the project's if any) are locked FOR
 -- UPDATE in quota_id order before anything is counted, so two requests of one tenant in one pool
 -- are counted one after the other and can never both pass the last unit.

@@ -1,4 +1,4 @@
--- Capacity queries (DESIGN §6): "what is free in pool P during W" and "when is the earliest window
+-- Capacity queries (docs/architecture.md §6): "what is free in pool P during W" and "when is the earliest window
 -- for N atoms of shape S". Atoms of one shape on one GPU never overlap, so free atoms can be counted.
 SET LOCAL ROLE bc_owner;
 

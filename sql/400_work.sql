@@ -1,4 +1,4 @@
--- The work queue (DESIGN §9, P1, P3, P12): reconciler work for workers, in PostgreSQL.
+-- The work queue (docs/architecture.md §9, P1, P3, P12): reconciler work for workers, in PostgreSQL.
 --
 -- One row per (kind, key) while it is live (pending or running): a second poke for the same key
 -- does not add a row. A poke that arrives while the item runs sets `repoke`, and the item goes
@@ -11,24 +11,24 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.work (
-    work_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    kind             text NOT NULL CHECK (kind ~ '^[a-z][a-z0-9_.]{0,62}$'),
-    key              text NOT NULL CHECK (length(key) BETWEEN 1 AND 200),
+    work_id          bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT work_pkey PRIMARY KEY,
+    kind             text NOT NULL CONSTRAINT work_kind_check CHECK (kind ~ '^[a-z][a-z0-9_.]{0,62}$'),
+    key              text NOT NULL CONSTRAINT work_key_check CHECK (length(key) BETWEEN 1 AND 200),
     payload          jsonb NOT NULL DEFAULT '{}',
     priority         integer NOT NULL DEFAULT 0,
-    state            text NOT NULL CHECK (state IN ('pending', 'running', 'done', 'dead')),
+    state            text NOT NULL CONSTRAINT work_state_check CHECK (state IN ('pending', 'running', 'done', 'dead')),
     repoke           boolean NOT NULL DEFAULT false,
     run_at           timestamptz NOT NULL,
     attempts         integer NOT NULL DEFAULT 0,
-    max_attempts     integer NOT NULL CHECK (max_attempts > 0),
+    max_attempts     integer NOT NULL CONSTRAINT work_max_attempts_check CHECK (max_attempts > 0),
     lease_owner      text,
     lease_epoch      bigint NOT NULL DEFAULT 0,
     lease_expires_at timestamptz,
     last_error       text,
     created_at       timestamptz NOT NULL,
     updated_at       timestamptz NOT NULL,
-    CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
-    CHECK (pg_catalog.octet_length(payload::text) <= 16384)
+    CONSTRAINT work_running_has_lease CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
+    CONSTRAINT work_payload_check CHECK (pg_catalog.octet_length(payload::text) <= 16384)
 );
 CREATE UNIQUE INDEX work_live_key ON compute.work (kind, key) WHERE state IN ('pending', 'running');
 -- work_claim walks this index in claim order and stops after its batch: claims cost the same with
@@ -38,8 +38,8 @@ CREATE INDEX work_leases ON compute.work (lease_expires_at) WHERE state = 'runni
 COMMENT ON TABLE compute.work IS 'Reconciler work: one live row per (kind, key), leased to one worker at a time.';
 
 CREATE TABLE compute.work_periodic (
-    kind  text PRIMARY KEY CHECK (kind ~ '^[a-z][a-z0-9_.]{0,62}$'),
-    every interval NOT NULL CHECK (every > interval '0')
+    kind  text CONSTRAINT work_periodic_pkey PRIMARY KEY CONSTRAINT work_periodic_kind_check CHECK (kind ~ '^[a-z][a-z0-9_.]{0,62}$'),
+    every interval NOT NULL CONSTRAINT work_periodic_every_check CHECK (every > interval '0')
 );
 COMMENT ON TABLE compute.work_periodic IS 'Kinds that run again `every` after they complete (sweeps, exports, checkpoints).';
 

@@ -1,4 +1,4 @@
--- The transactional outbox (DESIGN §9, P1, P3): triggers write one event per change, in the same
+-- The transactional outbox (docs/architecture.md §9, P1, P3): triggers write one event per change, in the same
 -- transaction as the change, stamped with the transaction's id (pg_current_xact_id()).
 --
 -- Readers page by (xid, event_id) and only take events of transactions below the current
@@ -11,16 +11,16 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.outbox (
-    event_id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id       bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT outbox_pkey PRIMARY KEY,
     xid            xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
     tenant_id      uuid,
     aggregate_type text NOT NULL,
     aggregate_id   text NOT NULL,
-    aggregate_seq  bigint NOT NULL CHECK (aggregate_seq > 0),
-    event_type     text NOT NULL CHECK (event_type ~ '^[a-z_]+\.[a-z_]+$'),
+    aggregate_seq  bigint NOT NULL CONSTRAINT outbox_aggregate_seq_check CHECK (aggregate_seq > 0),
+    event_type     text NOT NULL CONSTRAINT outbox_event_type_check CHECK (event_type ~ '^[a-z_]+\.[a-z_]+$'),
     payload        jsonb NOT NULL,
     occurred_at    timestamptz NOT NULL,
-    UNIQUE (aggregate_type, aggregate_id, aggregate_seq)
+    CONSTRAINT outbox_aggregate_type_aggregate_id_aggregate_seq_key UNIQUE (aggregate_type, aggregate_id, aggregate_seq)
 );
 CREATE INDEX outbox_order ON compute.outbox (xid, event_id);
 CREATE INDEX outbox_tenant_order ON compute.outbox (tenant_id, xid, event_id);
@@ -30,12 +30,12 @@ CREATE TABLE compute.outbox_sequences (
     aggregate_type text NOT NULL,
     aggregate_id   text NOT NULL,
     last_seq       bigint NOT NULL,
-    PRIMARY KEY (aggregate_type, aggregate_id)
+    CONSTRAINT outbox_sequences_pkey PRIMARY KEY (aggregate_type, aggregate_id)
 );
 COMMENT ON TABLE compute.outbox_sequences IS 'Per-aggregate event counters (gapless: they roll back with the transaction).';
 
 CREATE TABLE compute.outbox_cursors (
-    consumer   text PRIMARY KEY,
+    consumer   text CONSTRAINT outbox_cursors_pkey PRIMARY KEY,
     xid        xid8 NOT NULL DEFAULT '0',
     event_id   bigint NOT NULL DEFAULT 0,
     updated_at timestamptz NOT NULL

@@ -1,4 +1,4 @@
--- Webhooks (DESIGN §9): per-tenant subscriptions; deliveries at least once, signed, retried with
+-- Webhooks (docs/architecture.md §9): per-tenant subscriptions; deliveries at least once, signed, retried with
 -- exponential backoff (30 s doubling to 1 h), dead-lettered after webhook_attempts (25).
 --
 -- Fan-out (work kind outbox.fan_out): one consumer cursor, locked while it runs, reads new events
@@ -60,8 +60,8 @@ $$;
 COMMENT ON FUNCTION compute.webhook_url_valid(text) IS 'Whether a URL may be a webhook''s: http(s), a DNS name, IPv4 or bracketed IPv6 host, port 1-65535, no user info, printable, at most 2000 characters.';
 
 CREATE TABLE compute.sealing_keys (
-    key_id     text PRIMARY KEY,
-    public_key bytea NOT NULL UNIQUE CHECK (octet_length(public_key) = 32),
+    key_id     text CONSTRAINT sealing_keys_pkey PRIMARY KEY,
+    public_key bytea NOT NULL CONSTRAINT sealing_keys_public_key_key UNIQUE CONSTRAINT sealing_keys_public_key_check CHECK (octet_length(public_key) = 32),
     created_at timestamptz NOT NULL,
     CONSTRAINT sealing_keys_key_id_names_the_key
         CHECK (key_id = pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(public_key), 'hex'), 16))
@@ -69,16 +69,16 @@ CREATE TABLE compute.sealing_keys (
 COMMENT ON TABLE compute.sealing_keys IS 'X25519 public keys of the workers that open sealed secrets; the newest is what the relay seals to.';
 
 CREATE TABLE compute.webhooks (
-    webhook_id    uuid PRIMARY KEY,
-    tenant_id     uuid NOT NULL REFERENCES compute.tenants,
-    url           text NOT NULL CHECK (compute.webhook_url_valid(url)),
-    secret        text CHECK (length(secret) BETWEEN 16 AND 200),
+    webhook_id    uuid CONSTRAINT webhooks_pkey PRIMARY KEY,
+    tenant_id     uuid NOT NULL CONSTRAINT webhooks_tenant_id_fkey REFERENCES compute.tenants,
+    url           text NOT NULL CONSTRAINT webhooks_url_check CHECK (compute.webhook_url_valid(url)),
+    secret        text CONSTRAINT webhooks_secret_check CHECK (length(secret) BETWEEN 16 AND 200),
     event_types   text[] NOT NULL DEFAULT '{}',
     active        boolean NOT NULL DEFAULT true,
     created_at    timestamptz NOT NULL,
-    secret_key_id text REFERENCES compute.sealing_keys,
+    secret_key_id text CONSTRAINT webhooks_secret_key_id_fkey REFERENCES compute.sealing_keys,
     -- 32-byte ephemeral key, 16 to 800 bytes of ciphertext (200 characters of UTF-8), 16-byte tag
-    secret_sealed bytea CHECK (octet_length(secret_sealed) BETWEEN 64 AND 848),
+    secret_sealed bytea CONSTRAINT webhooks_secret_sealed_check CHECK (octet_length(secret_sealed) BETWEEN 64 AND 848),
     CONSTRAINT webhooks_secret_one_form
         CHECK ((secret_key_id IS NULL) = (secret_sealed IS NULL) AND (secret IS NULL) <> (secret_sealed IS NULL))
 );
@@ -131,17 +131,17 @@ $$;
 COMMENT ON FUNCTION compute.sealed_secret_parse(text) IS 'The key id and box of a sealed secret (bcs1:<key id>:<base64>); INVALID_ARGUMENT unless well formed and sealed to a registered key.';
 
 CREATE TABLE compute.webhook_deliveries (
-    delivery_id     uuid PRIMARY KEY,
-    webhook_id      uuid NOT NULL REFERENCES compute.webhooks ON DELETE CASCADE,
-    event_id        bigint NOT NULL REFERENCES compute.outbox ON DELETE CASCADE,
-    state           text NOT NULL CHECK (state IN ('pending', 'delivered', 'dead')),
+    delivery_id     uuid CONSTRAINT webhook_deliveries_pkey PRIMARY KEY,
+    webhook_id      uuid NOT NULL CONSTRAINT webhook_deliveries_webhook_id_fkey REFERENCES compute.webhooks ON DELETE CASCADE,
+    event_id        bigint NOT NULL CONSTRAINT webhook_deliveries_event_id_fkey REFERENCES compute.outbox ON DELETE CASCADE,
+    state           text NOT NULL CONSTRAINT webhook_deliveries_state_check CHECK (state IN ('pending', 'delivered', 'dead')),
     attempts        integer NOT NULL DEFAULT 0,
     next_attempt_at timestamptz NOT NULL,
     last_status     integer,
     last_error      text,
     created_at      timestamptz NOT NULL,
     delivered_at    timestamptz,
-    UNIQUE (webhook_id, event_id)
+    CONSTRAINT webhook_deliveries_webhook_id_event_id_key UNIQUE (webhook_id, event_id)
 );
 CREATE INDEX webhook_deliveries_due ON compute.webhook_deliveries (webhook_id, next_attempt_at, event_id) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_event ON compute.webhook_deliveries (event_id) WHERE state = 'pending';

@@ -1,4 +1,4 @@
--- Usage and the ledger (DESIGN §10): usage windows computed from booked time (the `during` ranges,
+-- Usage and the ledger (docs/architecture.md §10): usage windows computed from booked time (the `during` ranges,
 -- after truncation by release), per reservation per hour, GPU-seconds exact (a MIG instance counts
 -- its fraction of the GPU, a slot 1/N). A window is computed, and sent, only once compute_now()
 -- has closed it: past hours never change (release truncates to now, extension moves the end),
@@ -9,30 +9,30 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.usage_windows (
-    reservation_id uuid NOT NULL REFERENCES compute.reservations,
+    reservation_id uuid NOT NULL CONSTRAINT usage_windows_reservation_id_fkey REFERENCES compute.reservations,
     window_start   timestamptz NOT NULL,
     tenant_id      uuid NOT NULL,
     project_id     uuid,
     pool_id        uuid NOT NULL,
     shape          text NOT NULL,
-    atom_seconds   numeric NOT NULL CHECK (atom_seconds > 0),
-    gpu_seconds    numeric NOT NULL CHECK (gpu_seconds > 0),
-    ledger_key     text NOT NULL UNIQUE,
+    atom_seconds   numeric NOT NULL CONSTRAINT usage_windows_atom_seconds_check CHECK (atom_seconds > 0),
+    gpu_seconds    numeric NOT NULL CONSTRAINT usage_windows_gpu_seconds_check CHECK (gpu_seconds > 0),
+    ledger_key     text NOT NULL CONSTRAINT usage_windows_ledger_key_key UNIQUE,
     computed_at    timestamptz NOT NULL,
     sent_at        timestamptz,
-    PRIMARY KEY (reservation_id, window_start)
+    CONSTRAINT usage_windows_pkey PRIMARY KEY (reservation_id, window_start)
 );
 CREATE INDEX usage_windows_unsent ON compute.usage_windows (window_start) WHERE sent_at IS NULL;
 COMMENT ON TABLE compute.usage_windows IS 'Booked time per reservation per closed hour; sent to the ledger once (ledger_key).';
 
 CREATE TABLE compute.usage_progress (
-    reservation_id uuid PRIMARY KEY REFERENCES compute.reservations,
+    reservation_id uuid CONSTRAINT usage_progress_pkey PRIMARY KEY CONSTRAINT usage_progress_reservation_id_fkey REFERENCES compute.reservations,
     computed_until timestamptz NOT NULL
 );
 COMMENT ON TABLE compute.usage_progress IS 'Up to where each reservation''s usage windows are computed.';
 
 CREATE TABLE compute.ledger_entries (
-    idempotency_key text PRIMARY KEY,
+    idempotency_key text CONSTRAINT ledger_entries_pkey PRIMARY KEY,
     tenant_id       uuid NOT NULL,
     meter           text NOT NULL,
     quantity        numeric NOT NULL,

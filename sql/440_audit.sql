@@ -1,4 +1,4 @@
--- Audit (DESIGN §10): one audit_events row per admitted mutation (the admission path writes
+-- Audit (docs/architecture.md §10): one audit_events row per admitted mutation (the admission path writes
 -- them), and per tenant per hour a Merkle tree over that hour's events with a checkpoint signed by
 -- the worker's Ed25519 key (public keys in compute.audit_keys). compute.audit_proof(event_id)
 -- returns an inclusion proof; `better-compute audit verify` checks proofs and signatures offline.
@@ -15,14 +15,14 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.audit_events (
-    event_id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id      bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT audit_events_pkey PRIMARY KEY,
     tenant_id     uuid NOT NULL,
     occurred_at   timestamptz NOT NULL,
     principal     text NOT NULL,
     action        text NOT NULL,
     resource_type text NOT NULL,
     resource_id   text,
-    decision      text NOT NULL CHECK (decision IN ('allow', 'deny')),
+    decision      text NOT NULL CONSTRAINT audit_events_decision_check CHECK (decision IN ('allow', 'deny')),
     reason        text,
     matched       jsonb NOT NULL DEFAULT '[]',
     request_hash  text,
@@ -32,21 +32,21 @@ CREATE INDEX audit_events_tenant_time ON compute.audit_events (tenant_id, occurr
 COMMENT ON TABLE compute.audit_events IS 'One row per admitted mutation, with its admission context.';
 
 CREATE TABLE compute.audit_keys (
-    key_id     text PRIMARY KEY CHECK (length(key_id) BETWEEN 1 AND 100),
-    public_key bytea NOT NULL UNIQUE CHECK (octet_length(public_key) = 32),
+    key_id     text CONSTRAINT audit_keys_pkey PRIMARY KEY CONSTRAINT audit_keys_key_id_check CHECK (length(key_id) BETWEEN 1 AND 100),
+    public_key bytea NOT NULL CONSTRAINT audit_keys_public_key_key UNIQUE CONSTRAINT audit_keys_public_key_check CHECK (octet_length(public_key) = 32),
     created_at timestamptz NOT NULL
 );
 COMMENT ON TABLE compute.audit_keys IS 'Ed25519 public keys of the workers that sign audit checkpoints.';
 
 CREATE TABLE compute.audit_checkpoints (
     tenant_id  uuid NOT NULL,
-    hour       timestamptz NOT NULL CHECK (hour = pg_catalog.date_trunc('hour', hour AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'),
-    leaf_count integer NOT NULL CHECK (leaf_count > 0),
-    root       bytea NOT NULL CHECK (octet_length(root) = 32),
-    key_id     text NOT NULL REFERENCES compute.audit_keys,
-    signature  bytea NOT NULL CHECK (octet_length(signature) = 64),
+    hour       timestamptz NOT NULL CONSTRAINT audit_checkpoints_hour_check CHECK (hour = pg_catalog.date_trunc('hour', hour AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'),
+    leaf_count integer NOT NULL CONSTRAINT audit_checkpoints_leaf_count_check CHECK (leaf_count > 0),
+    root       bytea NOT NULL CONSTRAINT audit_checkpoints_root_check CHECK (octet_length(root) = 32),
+    key_id     text NOT NULL CONSTRAINT audit_checkpoints_key_id_fkey REFERENCES compute.audit_keys,
+    signature  bytea NOT NULL CONSTRAINT audit_checkpoints_signature_check CHECK (octet_length(signature) = 64),
     created_at timestamptz NOT NULL,
-    PRIMARY KEY (tenant_id, hour)
+    CONSTRAINT audit_checkpoints_pkey PRIMARY KEY (tenant_id, hour)
 );
 COMMENT ON TABLE compute.audit_checkpoints IS 'Per tenant per hour: Merkle root of the hour''s audit events, signed (Ed25519).';
 

@@ -1,4 +1,4 @@
--- The method catalog (DESIGN §7, P11): every API method is a row of api.methods. The relay holds
+-- The method catalog (docs/architecture.md §7, P11): every API method is a row of api.methods. The relay holds
 -- no per-method code: it reads this catalog, validates input against input_schema, and runs the
 -- generic admission (sql/505_admission.sql) that calls the functions named here.
 --
@@ -22,9 +22,9 @@ SET LOCAL ROLE bc_owner;
 -- resolved where a schema is read (compute.schema_resolve: api.catalog(), compute.input_check), so
 -- raising a limit changes what the API accepts.
 CREATE TABLE compute.api_schema_pieces (
-    name        text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]*$'),
-    schema      jsonb NOT NULL CHECK (pg_catalog.jsonb_typeof(schema) = 'object' AND NOT schema ? '$piece'),
-    description text NOT NULL CHECK (length(description) BETWEEN 1 AND 200)
+    name        text CONSTRAINT api_schema_pieces_pkey PRIMARY KEY CONSTRAINT api_schema_pieces_name_check CHECK (name ~ '^[a-z][a-z0-9_]*$'),
+    schema      jsonb NOT NULL CONSTRAINT api_schema_pieces_schema_check CHECK (pg_catalog.jsonb_typeof(schema) = 'object' AND NOT schema ? '$piece'),
+    description text NOT NULL CONSTRAINT api_schema_pieces_description_check CHECK (length(description) BETWEEN 1 AND 200)
 );
 COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
 
@@ -38,25 +38,25 @@ INSERT INTO compute.api_schema_pieces (name, schema, description) VALUES
     ('reason',          '{"type":"string","minLength":1,"maxLength":1000}', 'Why an operator acts on a node.');
 
 CREATE TABLE api.methods (
-    method           text PRIMARY KEY CHECK (method ~ '^[a-z][A-Za-z]*\.[a-z][A-Za-z]*$'),
-    action           text NOT NULL UNIQUE CHECK (action ~ '^compute:[a-z][A-Za-z]*:[a-z][A-Za-z]*$'),
-    resource_type    text NOT NULL CHECK (resource_type ~ '^compute-[a-z-]+$'),
-    kind             text NOT NULL CHECK (kind IN ('read', 'mutation')),
-    summary          text NOT NULL CHECK (length(summary) BETWEEN 1 AND 200),
-    input_schema     jsonb NOT NULL CHECK (input_schema ->> 'type' = 'object' AND input_schema ? 'properties'),
+    method           text CONSTRAINT methods_pkey PRIMARY KEY CONSTRAINT methods_method_check CHECK (method ~ '^[a-z][A-Za-z]*\.[a-z][A-Za-z]*$'),
+    action           text NOT NULL CONSTRAINT methods_action_key UNIQUE CONSTRAINT methods_action_check CHECK (action ~ '^compute:[a-z][A-Za-z]*:[a-z][A-Za-z]*$'),
+    resource_type    text NOT NULL CONSTRAINT methods_resource_type_check CHECK (resource_type ~ '^compute-[a-z-]+$'),
+    kind             text NOT NULL CONSTRAINT methods_kind_check CHECK (kind IN ('read', 'mutation')),
+    summary          text NOT NULL CONSTRAINT methods_summary_check CHECK (length(summary) BETWEEN 1 AND 200),
+    input_schema     jsonb NOT NULL CONSTRAINT methods_input_schema_check CHECK (input_schema ->> 'type' = 'object' AND input_schema ? 'properties'),
     function         regprocedure NOT NULL,
     resource_key     text,
-    parent_type      text CHECK (parent_type ~ '^compute-[a-z-]+$'),
+    parent_type      text CONSTRAINT methods_parent_type_check CHECK (parent_type ~ '^compute-[a-z-]+$'),
     parent_key       text,
     prepare_function regprocedure,
     void_function    regprocedure,
-    event_type       text CHECK (event_type ~ '^[a-z_]+\.[a-z_]+$'),
+    event_type       text CONSTRAINT methods_event_type_check CHECK (event_type ~ '^[a-z_]+\.[a-z_]+$'),
     check_function   regprocedure,
-    CHECK (action = 'compute:' || replace(method, '.', ':')),
-    CHECK (resource_key IS NULL OR input_schema -> 'properties' ? resource_key),
-    CHECK (parent_key IS NULL OR (parent_type IS NOT NULL AND input_schema -> 'properties' ? parent_key)),
-    CHECK (kind = 'mutation' OR (prepare_function IS NULL AND void_function IS NULL AND event_type IS NULL)),
-    CHECK ((prepare_function IS NULL) = (void_function IS NULL)),
+    CONSTRAINT methods_action_follows_method CHECK (action = 'compute:' || replace(method, '.', ':')),
+    CONSTRAINT methods_resource_key_in_input CHECK (resource_key IS NULL OR input_schema -> 'properties' ? resource_key),
+    CONSTRAINT methods_parent_key_in_input CHECK (parent_key IS NULL OR (parent_type IS NOT NULL AND input_schema -> 'properties' ? parent_key)),
+    CONSTRAINT methods_mutation_fields_only_on_mutations CHECK (kind = 'mutation' OR (prepare_function IS NULL AND void_function IS NULL AND event_type IS NULL)),
+    CONSTRAINT methods_prepare_with_void CHECK ((prepare_function IS NULL) = (void_function IS NULL)),
     CONSTRAINT methods_check_function_of_mutation CHECK (kind = 'mutation' OR check_function IS NULL)
 );
 COMMENT ON TABLE api.methods IS 'The API: one row per method (action compute:{group}:{verb}, resource type, read or mutation, its SQL functions, its input JSON Schema).';
@@ -141,7 +141,7 @@ BEGIN
     SELECT * INTO v_method FROM api.methods AS m WHERE m.method = p_method;
     IF NOT FOUND THEN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no method %L', p_method),
-            'List the methods with SELECT * FROM api.catalog() (or GET /api/compute/openapi.json).');
+            'List the methods: SELECT method FROM api.catalog().');
     END IF;
     RETURN v_method;
 END

@@ -1,4 +1,4 @@
--- Admission (DESIGN §7, P7, P11): one IAM decision per request, made on the exact request.
+-- Admission (docs/architecture.md §7, P7, P11): one IAM decision per request, made on the exact request.
 --   api.prepare  validate, check the resource is the tenant's, write the admission (and the
 --                provisional rows of a method with a prepare_function); answer the IAM request
 --   (relay)      asks the IAM port once; timeout or error = deny
@@ -17,16 +17,16 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.admissions (
-    admission_id    uuid PRIMARY KEY,
-    method          text NOT NULL REFERENCES api.methods,
+    admission_id    uuid CONSTRAINT admissions_pkey PRIMARY KEY,
+    method          text NOT NULL CONSTRAINT admissions_method_fkey REFERENCES api.methods,
     tenant_id       uuid NOT NULL,
-    resource_id     text NOT NULL CHECK (length(resource_id) BETWEEN 1 AND 100),
+    resource_id     text NOT NULL CONSTRAINT admissions_resource_id_check CHECK (length(resource_id) BETWEEN 1 AND 100),
     parent_id       text,
     input           jsonb NOT NULL,
     attributes      jsonb NOT NULL,
     request_hash    text NOT NULL,
-    idempotency_key text CHECK (length(idempotency_key) BETWEEN 1 AND 200),
-    state           text NOT NULL CHECK (state IN ('pending', 'admitted', 'denied', 'expired')),
+    idempotency_key text CONSTRAINT admissions_idempotency_key_check CHECK (length(idempotency_key) BETWEEN 1 AND 200),
+    state           text NOT NULL CONSTRAINT admissions_state_check CHECK (state IN ('pending', 'admitted', 'denied', 'expired')),
     created_at      timestamptz NOT NULL,
     expires_at      timestamptz NOT NULL,
     decided_at      timestamptz,
@@ -34,10 +34,10 @@ CREATE TABLE compute.admissions (
     decision        jsonb,
     result          jsonb,
     audit_event_id  bigint,
-    credential_sha256 text CHECK (credential_sha256 ~ '^[0-9a-f]{64}$'),
+    credential_sha256 text CONSTRAINT admissions_credential_sha256_check CHECK (credential_sha256 ~ '^[0-9a-f]{64}$'),
     tenant_slot     integer,
     credential_slot integer,
-    CHECK ((state = 'pending') = (decided_at IS NULL))
+    CONSTRAINT admissions_pending_until_decided CHECK ((state = 'pending') = (decided_at IS NULL))
 );
 CREATE UNIQUE INDEX admissions_idempotency ON compute.admissions (tenant_id, method, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'admitted');
@@ -224,7 +224,7 @@ BEGIN
     -- 1. The method, the tenant, the caller's credential (its SHA-256, as the relay sends it) and the input's shape.
     v_method := compute.method_get(p_method);
     IF p_tenant_id IS NULL THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'no tenant', 'Send X-Tenant-Id (the Better IAM tenant you act in).');
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'no tenant', 'Pass p_tenant_id: the Better IAM tenant you act in.');
     END IF;
     IF p_credential_sha256 !~ '^[0-9a-f]{64}$' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'the credential fingerprint is not a SHA-256',

@@ -1,20 +1,20 @@
--- Join tokens (DESIGN §11): what a new node presents once to join a pool. Pool-scoped, single
+-- Join tokens (docs/architecture.md §11): what a new node presents once to join a pool. Pool-scoped, single
 -- use, expiring, revocable; stored only as a SHA-256 hash: the secret is answered once, by
 -- joinTokens.create, and is in no table, event or admission result afterwards.
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.join_tokens (
-    token_id     uuid PRIMARY KEY,
-    pool_id      uuid NOT NULL REFERENCES compute.pools,
-    token_sha256 bytea NOT NULL UNIQUE CHECK (length(token_sha256) = 32),
-    state        text NOT NULL CHECK (state IN ('active', 'used', 'revoked')),
+    token_id     uuid CONSTRAINT join_tokens_pkey PRIMARY KEY,
+    pool_id      uuid NOT NULL CONSTRAINT join_tokens_pool_id_fkey REFERENCES compute.pools,
+    token_sha256 bytea NOT NULL CONSTRAINT join_tokens_token_sha256_key UNIQUE CONSTRAINT join_tokens_token_sha256_check CHECK (length(token_sha256) = 32),
+    state        text NOT NULL CONSTRAINT join_tokens_state_check CHECK (state IN ('active', 'used', 'revoked')),
     created_at   timestamptz NOT NULL,
-    expires_at   timestamptz NOT NULL CHECK (expires_at > created_at),
+    expires_at   timestamptz NOT NULL CONSTRAINT join_tokens_expire_after_creation CHECK (expires_at > created_at),
     used_at      timestamptz,
     used_by_node uuid,
     revoked_at   timestamptz,
-    CHECK ((state = 'used') = (used_at IS NOT NULL)),
-    CHECK ((state = 'revoked') = (revoked_at IS NOT NULL))
+    CONSTRAINT join_tokens_used_has_used_at CHECK ((state = 'used') = (used_at IS NOT NULL)),
+    CONSTRAINT join_tokens_revoked_has_revoked_at CHECK ((state = 'revoked') = (revoked_at IS NOT NULL))
 );
 CREATE INDEX join_tokens_pool ON compute.join_tokens (pool_id, created_at);
 COMMENT ON TABLE compute.join_tokens IS 'Single-use, expiring, revocable tokens to join a pool; only their SHA-256 is kept.';

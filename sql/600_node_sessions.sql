@@ -1,4 +1,4 @@
--- Nodes joining and their sessions (DESIGN §8, §11; P3, P5, P6, P9). Gateways call node_api as
+-- Nodes joining and their sessions (docs/architecture.md §8, §11; P3, P5, P6, P9). Gateways call node_api as
 -- role bc_gateway; they never call IAM (P7).
 --   join            a join token (single use, under concurrency: one UPDATE consumes it) and the
 --                   node's inventory adopt the node into the token's pool; the node's public key is
@@ -14,9 +14,9 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.node_identities (
-    node_id    uuid PRIMARY KEY REFERENCES compute.nodes ON DELETE CASCADE,
-    public_key bytea NOT NULL CHECK (octet_length(public_key) BETWEEN 32 AND 1024),
-    token_id   uuid NOT NULL REFERENCES compute.join_tokens,
+    node_id    uuid CONSTRAINT node_identities_pkey PRIMARY KEY CONSTRAINT node_identities_node_id_fkey REFERENCES compute.nodes ON DELETE CASCADE,
+    public_key bytea NOT NULL CONSTRAINT node_identities_public_key_check CHECK (octet_length(public_key) BETWEEN 32 AND 1024),
+    token_id   uuid NOT NULL CONSTRAINT node_identities_token_id_fkey REFERENCES compute.join_tokens,
     joined_at  timestamptz NOT NULL,
     report_epoch bigint NOT NULL DEFAULT 0,
     report_seq   bigint NOT NULL DEFAULT 0

@@ -1,4 +1,4 @@
--- Desired state of a node (DESIGN §8, P2): node_specs holds the spec document (per device, the
+-- Desired state of a node (docs/architecture.md §8, P2): node_specs holds the spec document (per device, the
 -- reservation holding it now and the CDI names to expose) and its generation. The generation is
 -- bumped by triggers when what the node should look like changes: a booking of the node becomes
 -- or stops being active now, a device's layout changes, the node's inventory (its MIG instances)
@@ -11,17 +11,17 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.node_specs (
-    node_id             uuid PRIMARY KEY REFERENCES compute.nodes ON DELETE CASCADE,
-    generation          bigint NOT NULL CHECK (generation > 0),
+    node_id             uuid CONSTRAINT node_specs_pkey PRIMARY KEY CONSTRAINT node_specs_node_id_fkey REFERENCES compute.nodes ON DELETE CASCADE,
+    generation          bigint NOT NULL CONSTRAINT node_specs_generation_check CHECK (generation > 0),
     spec                jsonb NOT NULL,
     changed_at          timestamptz NOT NULL,
     envelope            jsonb,
     signed_generation   bigint,
     observed_generation bigint,
     observed_at         timestamptz,
-    conditions          jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(conditions) = 'array'),
-    CHECK (signed_generation <= generation),
-    CHECK (observed_generation <= generation)
+    conditions          jsonb NOT NULL DEFAULT '[]' CONSTRAINT node_specs_conditions_check CHECK (jsonb_typeof(conditions) = 'array'),
+    CONSTRAINT node_specs_signed_at_most_generation CHECK (signed_generation <= generation),
+    CONSTRAINT node_specs_observed_at_most_generation CHECK (observed_generation <= generation)
 );
 COMMENT ON TABLE compute.node_specs IS 'Desired state per node (spec + generation), its signed envelope, and what the node last reported.';
 

@@ -1,4 +1,4 @@
--- Commands (DESIGN §8, P2, P3, P11): one-shot actions for a node (`collect_inventory`, `reboot`,
+-- Commands (docs/architecture.md §8, P2, P3, P11): one-shot actions for a node (`collect_inventory`, `reboot`,
 -- `drain_processes`, …), queued with an idempotency key and a bound on pending ones per node,
 -- delivered at least once (again after node_command_redelivery_seconds until a result comes);
 -- the daemon executes each command id once (its journal) and answers UNSUPPORTED for a kind it
@@ -6,20 +6,20 @@
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.node_commands (
-    command_id      uuid PRIMARY KEY,
-    node_id         uuid NOT NULL REFERENCES compute.nodes ON DELETE CASCADE,
-    kind            text NOT NULL CHECK (kind ~ '^[a-z][a-z0-9_]{0,62}$'),
-    args            jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(args) = 'object'),
-    idempotency_key text NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 200),
-    state           text NOT NULL CHECK (state IN ('pending', 'succeeded', 'failed', 'unsupported')),
+    command_id      uuid CONSTRAINT node_commands_pkey PRIMARY KEY,
+    node_id         uuid NOT NULL CONSTRAINT node_commands_node_id_fkey REFERENCES compute.nodes ON DELETE CASCADE,
+    kind            text NOT NULL CONSTRAINT node_commands_kind_check CHECK (kind ~ '^[a-z][a-z0-9_]{0,62}$'),
+    args            jsonb NOT NULL DEFAULT '{}' CONSTRAINT node_commands_args_check CHECK (jsonb_typeof(args) = 'object'),
+    idempotency_key text NOT NULL CONSTRAINT node_commands_idempotency_key_check CHECK (length(idempotency_key) BETWEEN 1 AND 200),
+    state           text NOT NULL CONSTRAINT node_commands_state_check CHECK (state IN ('pending', 'succeeded', 'failed', 'unsupported')),
     envelope        jsonb,
     created_at      timestamptz NOT NULL,
     delivered_at    timestamptz,
     deliveries      integer NOT NULL DEFAULT 0,
     finished_at     timestamptz,
     output          text,
-    UNIQUE (node_id, idempotency_key),
-    CHECK ((state = 'pending') = (finished_at IS NULL))
+    CONSTRAINT node_commands_node_id_idempotency_key_key UNIQUE (node_id, idempotency_key),
+    CONSTRAINT node_commands_pending_until_finished CHECK ((state = 'pending') = (finished_at IS NULL))
 );
 CREATE INDEX node_commands_pending ON compute.node_commands (node_id, created_at) WHERE state = 'pending';
 COMMENT ON TABLE compute.node_commands IS 'One-shot actions for nodes: kind, args, idempotency key, the signed envelope, delivery and result.';

@@ -1,5 +1,5 @@
 -- What a node says takes effect only once something other than the gateway verified the node's
--- signature (P14, DESIGN §8). A gateway is a relay: node_api.report only appends the envelope, as
+-- signature (P14, docs/architecture.md §8). A gateway is a relay: node_api.report only appends the envelope, as
 -- received, to the node's inbox (compute.node_reports), fenced by the session epoch; it pokes work
 -- 'node.reports' for the node. The worker (bc_worker) reads the node's pending reports with its
 -- registered public key, verifies each signature (PostgreSQL 15 cannot verify ECDSA or Ed25519),
@@ -27,15 +27,15 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('node_reports_rejected_kept',     100, 'count', 'Rejected reports kept per node (the newest), for operators.');
 
 CREATE TABLE compute.node_reports (
-    report_id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    node_id     uuid NOT NULL REFERENCES compute.nodes ON DELETE CASCADE,
+    report_id   bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT node_reports_pkey PRIMARY KEY,
+    node_id     uuid NOT NULL CONSTRAINT node_reports_node_id_fkey REFERENCES compute.nodes ON DELETE CASCADE,
     epoch       bigint NOT NULL,
-    envelope    jsonb NOT NULL CHECK (jsonb_typeof(envelope) = 'object'),
+    envelope    jsonb NOT NULL CONSTRAINT node_reports_envelope_check CHECK (jsonb_typeof(envelope) = 'object'),
     received_at timestamptz NOT NULL,
-    state       text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'rejected')),
-    reason      text CHECK (length(reason) <= 1000),
+    state       text NOT NULL DEFAULT 'pending' CONSTRAINT node_reports_state_check CHECK (state IN ('pending', 'rejected')),
+    reason      text CONSTRAINT node_reports_reason_check CHECK (length(reason) <= 1000),
     decided_at  timestamptz,
-    CHECK ((state = 'rejected') = (reason IS NOT NULL AND decided_at IS NOT NULL))
+    CONSTRAINT node_reports_rejected_has_reason CHECK ((state = 'rejected') = (reason IS NOT NULL AND decided_at IS NOT NULL))
 );
 CREATE INDEX node_reports_pending ON compute.node_reports (node_id, epoch, report_id) WHERE state = 'pending';
 CREATE INDEX node_reports_rejected ON compute.node_reports (node_id, report_id) WHERE state = 'rejected';

@@ -1,4 +1,4 @@
--- The method catalog's rows (DESIGN §7): method, IAM action, resource type, read or mutation,
+-- The method catalog's rows (docs/architecture.md §7): method, IAM action, resource type, read or mutation,
 -- summary, input JSON Schema, the function that does the work, where the resource's and its
 -- parent's ids are in the input, the provisional-row functions, the event an admitted mutation
 -- emits (reservation events come from the reservation's own triggers).

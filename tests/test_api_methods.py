@@ -1,6 +1,6 @@
 """Every catalog method through the real relay (a subprocess) against a real database, with a
 Better IAM stand-in that counts its calls: each request is decided exactly once; tenant B gets
-NOT_FOUND or ACCESS_DENIED, never data, on tenant A's ids; every error code of DESIGN §13 comes
+NOT_FOUND or ACCESS_DENIED, never data, on tenant A's ids; every error code of docs/architecture.md §13 comes
 out of at least one HTTP call; a relay killed between prepare and admit leaves nothing held."""
 
 from __future__ import annotations

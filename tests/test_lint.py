@@ -354,3 +354,22 @@ def test_main_defaults_to_sql_migrations_and_pgtap(
     monkeypatch.chdir(tmp_path)
     assert main([]) == 0
     assert capsys.readouterr().out.splitlines() == ["lint: 3 files, 0 findings"]
+
+
+@pytest.mark.parametrize("statement", [
+    "CREATE TABLE compute.t (x integer PRIMARY KEY)",
+    "CREATE TABLE compute.t (x integer CHECK (x > 0))",
+    "CREATE TABLE compute.t (x integer, y integer, UNIQUE (x, y))",
+    "CREATE TABLE compute.t (x uuid REFERENCES compute.u)",
+    "ALTER TABLE compute.t ADD CHECK (x > 1)",
+])
+def test_an_unnamed_constraint_in_the_declarative_schema_is_reported(statement: str) -> None:
+    findings = lint_text(statement + ";", "sql/x.sql", schema_rules=True, naming_rules=True)
+    assert [finding.rule for finding in findings] == ["constraint-name"]
+    assert lint_text(statement + ";", "migrations/deploy/x.sql", schema_rules=True) == []
+
+
+def test_named_constraints_and_not_null_pass() -> None:
+    statement = ("CREATE TABLE compute.t (x integer NOT NULL CONSTRAINT t_pkey PRIMARY KEY DEFAULT 1, "
+                 "CONSTRAINT t_x_positive CHECK (x > 0));")
+    assert lint_text(statement, "sql/x.sql", schema_rules=True, naming_rules=True) == []

@@ -1,4 +1,4 @@
-"""The machine PKI (DESIGN §11): the node CA, CSRs, X.509-SVIDs, their verification and renewal.
+"""The machine PKI (docs/architecture.md §11): the node CA, CSRs, X.509-SVIDs, their verification and renewal.
 
 SVIDs are checked three ways: by our own verify_svid, by the independent py-spiffe library (the
 `spiffe` package), and by a real mutual-TLS handshake through Python's ssl module.

@@ -1,4 +1,4 @@
-"""Reservations under real concurrency (DESIGN §6, §13).
+"""Reservations under real concurrency (docs/architecture.md §6, §13).
 
 Eight threads, each with its own session (autocommit off, one transaction per operation), run
 20,000 random reserve / activate / extend / release / void / renew / expire calls for three

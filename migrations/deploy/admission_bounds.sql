@@ -4,20 +4,19 @@
 -- api.prepare takes the credential's SHA-256. A repeated idempotency key replays an admission only
 -- while api.admit can still find it. reservations.extend and renew check their input in api.prepare
 -- (api.methods.check_function), before the decision.
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
-INSERT INTO compute.limits (name, value, unit, description) VALUES
-    ('admissions_pending_per_tenant',   256, 'count',   'Admissions waiting for their IAM decision, per tenant (more: QUOTA_EXCEEDED before anything is held).'),
-    ('admissions_pending_per_credential', 16, 'count',  'Admissions waiting for their IAM decision, per caller credential (more: QUOTA_EXCEEDED before anything is held).');
-
 ALTER TABLE compute.admissions
     ADD COLUMN credential_sha256 text CHECK (credential_sha256 ~ '^[0-9a-f]{64}$'),
     ADD COLUMN tenant_slot integer,
     ADD COLUMN credential_slot integer;
+
 CREATE UNIQUE INDEX admissions_pending_tenant_slot ON compute.admissions (tenant_id, tenant_slot) WHERE state = 'pending';
+
 CREATE UNIQUE INDEX admissions_pending_credential_slot ON compute.admissions (credential_sha256, credential_slot)
     WHERE state = 'pending' AND credential_sha256 IS NOT NULL;
 
@@ -25,201 +24,25 @@ ALTER TABLE api.methods
     ADD COLUMN check_function regprocedure,
     ADD CONSTRAINT methods_check_function_of_mutation CHECK (kind = 'mutation' OR check_function IS NULL);
 
-CREATE OR REPLACE FUNCTION compute.reservation_extend_check(p_reservation compute.reservations, p_new_end timestamptz,
-                                                p_expected_end timestamptz)
-RETURNS void
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    v_now timestamptz := compute.compute_now();
-    v_max interval;
-BEGIN
-    -- What an extension needs besides free atoms and quota: api.prepare asks it before the IAM
-    -- decision (on the row as it reads), compute.reservation_extend again under the row lock.
-    -- With expected_end, the change applies only to the end the caller saw (compare and set), so
-    -- two clients extending at once cannot undo each other unknowingly.
-    IF p_expected_end IS NOT NULL AND upper(p_reservation.during) IS DISTINCT FROM p_expected_end THEN
-        PERFORM compute.raise_error('GENERATION_CONFLICT',
-            pg_catalog.format('reservation %s ends at %s, not %s', p_reservation.reservation_id, upper(p_reservation.during), p_expected_end),
-            'Someone changed it meanwhile: read it again (reservations.get) and decide on its current end.');
-    END IF;
-    IF p_reservation.state NOT IN ('provisional', 'active') OR upper(p_reservation.during) <= v_now THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s has ended', p_reservation.reservation_id),
-            'Reserve again for a new window.');
-    END IF;
-    IF p_new_end IS NULL OR p_new_end <= greatest(lower(p_reservation.during), v_now) THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the new end must come after the start and after now',
-            'To end a reservation now, release it.');
-    END IF;
-    SELECT least(o.max_duration, compute.limit('reservation_window_seconds') * interval '1 second') INTO v_max
-      FROM compute.offerings AS o
-     WHERE o.pool_id = p_reservation.pool_id AND o.shape = p_reservation.shape AND o.instance_kind = 'devices';
-    IF p_new_end - lower(p_reservation.during) > coalesce(v_max, interval '0') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the extended window is too long', pg_catalog.format('Windows of this offering last at most %s.', v_max));
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION compute.reservation_extend_check(compute.reservations, timestamptz, timestamptz) IS 'INVALID_ARGUMENT (or GENERATION_CONFLICT) unless a reservation may be extended to the new end.';
+SET LOCAL check_function_bodies = off;
 
-CREATE OR REPLACE FUNCTION compute.reservation_extend(p_reservation_id uuid, p_new_end timestamptz)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
--- Lock order: the reservation row, quota rows, devices (FOR UPDATE, device_id order).
-DECLARE
-    v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
-    v_during      tstzrange;
-    v_fraction    numeric;
-    v_conflict    boolean;
-BEGIN
-    PERFORM compute.reservation_extend_check(v_reservation, p_new_end, NULL);
-    v_during := tstzrange(lower(v_reservation.during), p_new_end);
+CREATE OR REPLACE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT api.prepare(p_method, p_tenant_id, p_input, NULL::text);
+$function$;
 
-    PERFORM 1 FROM compute.quotas AS q
-     WHERE q.tenant_id = v_reservation.tenant_id AND q.pool_id = v_reservation.pool_id
-       AND (q.project_id IS NULL OR q.project_id = v_reservation.project_id)
-     ORDER BY q.quota_id FOR UPDATE;
-    PERFORM 1 FROM compute.devices AS d
-     WHERE d.device_id IN (SELECT b.device_id FROM compute.bookings AS b WHERE b.reservation_id = p_reservation_id)
-     ORDER BY d.device_id FOR UPDATE;
-    SELECT sum(b.gpu_fraction) INTO v_fraction FROM compute.bookings AS b WHERE b.reservation_id = p_reservation_id;
-    PERFORM compute.quota_check(v_reservation.tenant_id, v_reservation.project_id, v_reservation.pool_id, v_during,
-                                v_reservation.count, v_fraction, p_reservation_id);
-    -- Checked under the device locks, bookings read through a btree (compute.atom_held); the exclusion
-    -- constraint is the last word.
-    v_conflict := EXISTS (SELECT 1 FROM compute.bookings AS mine JOIN compute.atoms AS a ON a.atom_id = mine.atom_id
-                           WHERE mine.reservation_id = p_reservation_id AND compute.atom_held(a, v_during, p_reservation_id));
-    IF NOT v_conflict THEN
-        BEGIN
-            UPDATE compute.bookings SET during = v_during WHERE reservation_id = p_reservation_id;
-        EXCEPTION WHEN exclusion_violation THEN
-            v_conflict := true;
-        END;
-    END IF;
-    IF v_conflict THEN
-        PERFORM compute.raise_error('CAPACITY_CONFLICT',
-            pg_catalog.format('reservation %s cannot be extended to %s', p_reservation_id, p_new_end),
-            'Another reservation holds some of its atoms within the longer window; compute.capacity_earliest finds free windows.');
-    END IF;
-    UPDATE compute.reservations SET during = v_during WHERE reservation_id = p_reservation_id;
-    RETURN compute.reservation_document(p_reservation_id);
-END
-$$;
-COMMENT ON FUNCTION compute.reservation_extend(uuid, timestamptz) IS 'Move a live reservation''s end; CAPACITY_CONFLICT or QUOTA_EXCEEDED when the longer window does not fit.';
+COMMENT ON FUNCTION api.prepare(text,uuid,jsonb) IS 'api.prepare without a credential (ops.call, callers that have none): bounded per tenant only.';
 
-CREATE OR REPLACE FUNCTION compute.reservation_renew_check(p_reservation compute.reservations)
-RETURNS void
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    -- api.prepare asks this before the IAM decision, compute.reservation_renew again under the row lock.
-    IF p_reservation.hold_seconds IS NULL THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s holds without a lease', p_reservation.reservation_id),
-            'Only reservations made with hold_seconds are renewed.');
-    END IF;
-    IF p_reservation.state NOT IN ('provisional', 'active') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s is %s', p_reservation.reservation_id, p_reservation.state),
-            'Reserve again.');
-    END IF;
-    -- A lease that lapsed is over, whether or not the expiry sweep has run yet.
-    IF p_reservation.hold_until <= compute.compute_now() THEN
-        PERFORM compute.raise_error('CAPACITY_CONFLICT',
-            pg_catalog.format('the lease of reservation %s lapsed at %s', p_reservation.reservation_id, p_reservation.hold_until),
-            'A lease holds only while it is renewed in time; reserve again.');
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION compute.reservation_renew_check(compute.reservations) IS 'INVALID_ARGUMENT (or CAPACITY_CONFLICT once lapsed) unless a reservation''s lease may be renewed.';
-
-CREATE OR REPLACE FUNCTION compute.reservation_renew(p_reservation_id uuid)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
-BEGIN
-    PERFORM compute.reservation_renew_check(v_reservation);
-    UPDATE compute.reservations SET hold_until = compute.compute_now() + hold_seconds * interval '1 second'
-     WHERE reservation_id = p_reservation_id;
-    RETURN compute.reservation_document(p_reservation_id);
-END
-$$;
-COMMENT ON FUNCTION compute.reservation_renew(uuid) IS 'Renew a reservation''s lease: hold_until = now + hold_seconds.';
-
-CREATE OR REPLACE FUNCTION compute.api_reservations_extend(p_tenant_id uuid, p_resource_id text, p_input jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    -- Compare and set with expected_end, under the row lock (compute.reservation_extend_check).
-    PERFORM compute.reservation_extend_check(compute.reservation_lock(p_resource_id::uuid),
-        compute.request_timestamp(p_input, 'end', true), compute.request_timestamp(p_input, 'expected_end', false));
-    RETURN compute.reservation_extend(p_resource_id::uuid, compute.request_timestamp(p_input, 'end', true));
-END
-$$;
-COMMENT ON FUNCTION compute.api_reservations_extend(uuid, text, jsonb) IS 'reservations.extend (compare-and-set with expected_end)';
-
-CREATE OR REPLACE FUNCTION compute.api_reservations_extend_check(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS void
-LANGUAGE sql STABLE AS $$
-    SELECT compute.reservation_extend_check(r, compute.request_timestamp(p_input, 'end', true),
-                                            compute.request_timestamp(p_input, 'expected_end', false))
-      FROM compute.reservations AS r WHERE r.reservation_id = p_resource_id::uuid;
-$$;
-COMMENT ON FUNCTION compute.api_reservations_extend_check(uuid, text, jsonb) IS 'reservations.extend, before the decision: the new end is one the reservation may take.';
-
-CREATE OR REPLACE FUNCTION compute.api_reservations_renew_check(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS void
-LANGUAGE sql STABLE AS $$
-    SELECT compute.reservation_renew_check(r) FROM compute.reservations AS r WHERE r.reservation_id = p_resource_id::uuid;
-$$;
-COMMENT ON FUNCTION compute.api_reservations_renew_check(uuid, text, jsonb) IS 'reservations.renew, before the decision: the lease may be renewed.';
-
-CREATE OR REPLACE FUNCTION compute.admission_slot(p_tenant_id uuid, p_credential text)
-RETURNS integer
-LANGUAGE plpgsql
-AS $$
--- The lowest free slot of the tenant's pending admissions (p_credential NULL), else of the
--- credential's: from 1 to the bound, one that no pending admission holds and no transaction in
--- flight is taking (an advisory lock per slot, tried, never waited for, taken only on a slot that
--- looks free). NULL when every slot is taken.
-DECLARE
-    v_owner text := coalesce(p_credential, p_tenant_id::text);
-    v_limit bigint := compute.limit(CASE WHEN p_credential IS NULL THEN 'admissions_pending_per_tenant'
-                                         ELSE 'admissions_pending_per_credential' END);
-BEGIN
-    FOR v_slot IN 1..v_limit LOOP
-        IF NOT compute.admission_slot_held(p_tenant_id, p_credential, v_slot)
-           AND pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('admission-slot/' || v_owner || '/' || v_slot, 0)) THEN
-            -- A slot that looked free may have been committed by its taker since: read it again.
-            IF NOT compute.admission_slot_held(p_tenant_id, p_credential, v_slot) THEN
-                RETURN v_slot;
-            END IF;
-        END IF;
-    END LOOP;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION compute.admission_slot(uuid, text) IS 'A free pending-admission slot of a tenant (credential NULL) or of a credential; NULL when all are taken.';
-
-CREATE OR REPLACE FUNCTION compute.admission_slot_held(p_tenant_id uuid, p_credential text, p_slot integer)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    IF p_credential IS NULL THEN
-        RETURN EXISTS (SELECT 1 FROM compute.admissions AS a
-                        WHERE a.state = 'pending' AND a.tenant_id = p_tenant_id AND a.tenant_slot = p_slot);
-    END IF;
-    RETURN EXISTS (SELECT 1 FROM compute.admissions AS a
-                    WHERE a.state = 'pending' AND a.credential_sha256 = p_credential AND a.credential_slot = p_slot);
-END
-$$;
-COMMENT ON FUNCTION compute.admission_slot_held(uuid, text, integer) IS 'Whether a pending admission holds a slot of the tenant (credential NULL) or of the credential.';
-
-CREATE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb, p_credential_sha256 text)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = ''
-AS $$
+CREATE OR REPLACE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb, p_credential_sha256 text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 DECLARE
     v_now         timestamptz := compute.compute_now();
     v_method      api.methods;
@@ -327,20 +150,219 @@ BEGIN
     RETURN pg_catalog.jsonb_build_object('admission_id', v_admission,
         'iam', compute.iam_request(p_tenant_id, v_method, v_resource_id, v_attributes));
 END
-$$;
-COMMENT ON FUNCTION api.prepare(text, uuid, jsonb, text) IS 'Step 1 of admission: validate, write the admission (and provisional rows), answer the IAM request; pending admissions bounded per tenant and credential.';
+$function$;
 
-CREATE OR REPLACE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb)
-RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER
-SET search_path = ''
-AS $$
-    SELECT api.prepare(p_method, p_tenant_id, p_input, NULL::text);
-$$;
-COMMENT ON FUNCTION api.prepare(text, uuid, jsonb) IS 'api.prepare without a credential (ops.call, callers that have none): bounded per tenant only.';
+COMMENT ON FUNCTION api.prepare(text,uuid,jsonb,text) IS 'Step 1 of admission: validate, write the admission (and provisional rows), answer the IAM request; pending admissions bounded per tenant and credential.';
 
--- Inputs checked against the resource as it is now, before the IAM decision (api.prepare).
+GRANT EXECUTE ON FUNCTION api.prepare(text,uuid,jsonb,text) TO bc_api;
+
+CREATE OR REPLACE FUNCTION compute.admission_slot(p_tenant_id uuid, p_credential text)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+-- The lowest free slot of the tenant's pending admissions (p_credential NULL), else of the
+-- credential's: from 1 to the bound, one that no pending admission holds and no transaction in
+-- flight is taking (an advisory lock per slot, tried, never waited for, taken only on a slot that
+-- looks free). NULL when every slot is taken.
+DECLARE
+    v_owner text := coalesce(p_credential, p_tenant_id::text);
+    v_limit bigint := compute.limit(CASE WHEN p_credential IS NULL THEN 'admissions_pending_per_tenant'
+                                         ELSE 'admissions_pending_per_credential' END);
+BEGIN
+    FOR v_slot IN 1..v_limit LOOP
+        IF NOT compute.admission_slot_held(p_tenant_id, p_credential, v_slot)
+           AND pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('admission-slot/' || v_owner || '/' || v_slot, 0)) THEN
+            -- A slot that looked free may have been committed by its taker since: read it again.
+            IF NOT compute.admission_slot_held(p_tenant_id, p_credential, v_slot) THEN
+                RETURN v_slot;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.admission_slot(uuid,text) IS 'A free pending-admission slot of a tenant (credential NULL) or of a credential; NULL when all are taken.';
+
+CREATE OR REPLACE FUNCTION compute.admission_slot_held(p_tenant_id uuid, p_credential text, p_slot integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    IF p_credential IS NULL THEN
+        RETURN EXISTS (SELECT 1 FROM compute.admissions AS a
+                        WHERE a.state = 'pending' AND a.tenant_id = p_tenant_id AND a.tenant_slot = p_slot);
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM compute.admissions AS a
+                    WHERE a.state = 'pending' AND a.credential_sha256 = p_credential AND a.credential_slot = p_slot);
+END
+$function$;
+
+COMMENT ON FUNCTION compute.admission_slot_held(uuid,text,integer) IS 'Whether a pending admission holds a slot of the tenant (credential NULL) or of the credential.';
+
+CREATE OR REPLACE FUNCTION compute.api_reservations_extend(p_tenant_id uuid, p_resource_id text, p_input jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    -- Compare and set with expected_end, under the row lock (compute.reservation_extend_check).
+    PERFORM compute.reservation_extend_check(compute.reservation_lock(p_resource_id::uuid),
+        compute.request_timestamp(p_input, 'end', true), compute.request_timestamp(p_input, 'expected_end', false));
+    RETURN compute.reservation_extend(p_resource_id::uuid, compute.request_timestamp(p_input, 'end', true));
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION compute.api_reservations_extend_check(p_tenant_id uuid, p_resource_id text, p_input jsonb)
+ RETURNS void
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT compute.reservation_extend_check(r, compute.request_timestamp(p_input, 'end', true),
+                                            compute.request_timestamp(p_input, 'expected_end', false))
+      FROM compute.reservations AS r WHERE r.reservation_id = p_resource_id::uuid;
+$function$;
+
+COMMENT ON FUNCTION compute.api_reservations_extend_check(uuid,text,jsonb) IS 'reservations.extend, before the decision: the new end is one the reservation may take.';
+
+CREATE OR REPLACE FUNCTION compute.api_reservations_renew_check(p_tenant_id uuid, p_resource_id text, p_input jsonb)
+ RETURNS void
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT compute.reservation_renew_check(r) FROM compute.reservations AS r WHERE r.reservation_id = p_resource_id::uuid;
+$function$;
+
+COMMENT ON FUNCTION compute.api_reservations_renew_check(uuid,text,jsonb) IS 'reservations.renew, before the decision: the lease may be renewed.';
+
+CREATE OR REPLACE FUNCTION compute.reservation_extend(p_reservation_id uuid, p_new_end timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: the reservation row, quota rows, devices (FOR UPDATE, device_id order).
+DECLARE
+    v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
+    v_during      tstzrange;
+    v_fraction    numeric;
+    v_conflict    boolean;
+BEGIN
+    PERFORM compute.reservation_extend_check(v_reservation, p_new_end, NULL);
+    v_during := tstzrange(lower(v_reservation.during), p_new_end);
+
+    PERFORM 1 FROM compute.quotas AS q
+     WHERE q.tenant_id = v_reservation.tenant_id AND q.pool_id = v_reservation.pool_id
+       AND (q.project_id IS NULL OR q.project_id = v_reservation.project_id)
+     ORDER BY q.quota_id FOR UPDATE;
+    PERFORM 1 FROM compute.devices AS d
+     WHERE d.device_id IN (SELECT b.device_id FROM compute.bookings AS b WHERE b.reservation_id = p_reservation_id)
+     ORDER BY d.device_id FOR UPDATE;
+    SELECT sum(b.gpu_fraction) INTO v_fraction FROM compute.bookings AS b WHERE b.reservation_id = p_reservation_id;
+    PERFORM compute.quota_check(v_reservation.tenant_id, v_reservation.project_id, v_reservation.pool_id, v_during,
+                                v_reservation.count, v_fraction, p_reservation_id);
+    -- Checked under the device locks, bookings read through a btree (compute.atom_held); the exclusion
+    -- constraint is the last word.
+    v_conflict := EXISTS (SELECT 1 FROM compute.bookings AS mine JOIN compute.atoms AS a ON a.atom_id = mine.atom_id
+                           WHERE mine.reservation_id = p_reservation_id AND compute.atom_held(a, v_during, p_reservation_id));
+    IF NOT v_conflict THEN
+        BEGIN
+            UPDATE compute.bookings SET during = v_during WHERE reservation_id = p_reservation_id;
+        EXCEPTION WHEN exclusion_violation THEN
+            v_conflict := true;
+        END;
+    END IF;
+    IF v_conflict THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT',
+            pg_catalog.format('reservation %s cannot be extended to %s', p_reservation_id, p_new_end),
+            'Another reservation holds some of its atoms within the longer window; compute.capacity_earliest finds free windows.');
+    END IF;
+    UPDATE compute.reservations SET during = v_during WHERE reservation_id = p_reservation_id;
+    RETURN compute.reservation_document(p_reservation_id);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION compute.reservation_extend_check(p_reservation compute.reservations, p_new_end timestamp with time zone, p_expected_end timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+    v_now timestamptz := compute.compute_now();
+    v_max interval;
+BEGIN
+    -- What an extension needs besides free atoms and quota: api.prepare asks it before the IAM
+    -- decision (on the row as it reads), compute.reservation_extend again under the row lock.
+    -- With expected_end, the change applies only to the end the caller saw (compare and set), so
+    -- two clients extending at once cannot undo each other unknowingly.
+    IF p_expected_end IS NOT NULL AND upper(p_reservation.during) IS DISTINCT FROM p_expected_end THEN
+        PERFORM compute.raise_error('GENERATION_CONFLICT',
+            pg_catalog.format('reservation %s ends at %s, not %s', p_reservation.reservation_id, upper(p_reservation.during), p_expected_end),
+            'Someone changed it meanwhile: read it again (reservations.get) and decide on its current end.');
+    END IF;
+    IF p_reservation.state NOT IN ('provisional', 'active') OR upper(p_reservation.during) <= v_now THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s has ended', p_reservation.reservation_id),
+            'Reserve again for a new window.');
+    END IF;
+    IF p_new_end IS NULL OR p_new_end <= greatest(lower(p_reservation.during), v_now) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the new end must come after the start and after now',
+            'To end a reservation now, release it.');
+    END IF;
+    SELECT least(o.max_duration, compute.limit('reservation_window_seconds') * interval '1 second') INTO v_max
+      FROM compute.offerings AS o
+     WHERE o.pool_id = p_reservation.pool_id AND o.shape = p_reservation.shape AND o.instance_kind = 'devices';
+    IF p_new_end - lower(p_reservation.during) > coalesce(v_max, interval '0') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the extended window is too long', pg_catalog.format('Windows of this offering last at most %s.', v_max));
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.reservation_extend_check(compute.reservations,timestamp with time zone,timestamp with time zone) IS 'INVALID_ARGUMENT (or GENERATION_CONFLICT) unless a reservation may be extended to the new end.';
+
+CREATE OR REPLACE FUNCTION compute.reservation_renew(p_reservation_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
+BEGIN
+    PERFORM compute.reservation_renew_check(v_reservation);
+    UPDATE compute.reservations SET hold_until = compute.compute_now() + hold_seconds * interval '1 second'
+     WHERE reservation_id = p_reservation_id;
+    RETURN compute.reservation_document(p_reservation_id);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION compute.reservation_renew_check(p_reservation compute.reservations)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    -- api.prepare asks this before the IAM decision, compute.reservation_renew again under the row lock.
+    IF p_reservation.hold_seconds IS NULL THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s holds without a lease', p_reservation.reservation_id),
+            'Only reservations made with hold_seconds are renewed.');
+    END IF;
+    IF p_reservation.state NOT IN ('provisional', 'active') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('reservation %s is %s', p_reservation.reservation_id, p_reservation.state),
+            'Reserve again.');
+    END IF;
+    -- A lease that lapsed is over, whether or not the expiry sweep has run yet.
+    IF p_reservation.hold_until <= compute.compute_now() THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT',
+            pg_catalog.format('the lease of reservation %s lapsed at %s', p_reservation.reservation_id, p_reservation.hold_until),
+            'A lease holds only while it is renewed in time; reserve again.');
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.reservation_renew_check(compute.reservations) IS 'INVALID_ARGUMENT (or CAPACITY_CONFLICT once lapsed) unless a reservation''s lease may be renewed.';
+
+INSERT INTO compute.limits (name, value, unit, description) VALUES
+    ('admissions_pending_per_tenant',   256, 'count',   'Admissions waiting for their IAM decision, per tenant (more: QUOTA_EXCEEDED before anything is held).'),
+    ('admissions_pending_per_credential', 16, 'count',  'Admissions waiting for their IAM decision, per caller credential (more: QUOTA_EXCEEDED before anything is held).');
+
 UPDATE api.methods SET check_function = 'compute.api_reservations_extend_check(uuid, text, jsonb)' WHERE method = 'reservations.extend';
+
 UPDATE api.methods SET check_function = 'compute.api_reservations_renew_check(uuid, text, jsonb)' WHERE method = 'reservations.renew';
 
 COMMIT;

@@ -2,84 +2,37 @@
 -- One place for each API fact: the input schemas' shared fields are named pieces
 -- (compute.api_schema_pieces) and their bounds that copy a limit name it (x-limit), resolved where a
 -- schema is read (api.catalog(), compute.input_check), so raising a limit changes what the API accepts.
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
--- Shared pieces of the input schemas (one place for each fact): a field of a method's input_schema
--- written {"$piece": "uuid"} is the piece named uuid; a rule with "x-limit": {"maximum":
--- "atoms_per_reservation"} takes that keyword's value from compute.limits when it is read. Both are
--- resolved where a schema is read (compute.schema_resolve: api.catalog(), compute.input_check), so
--- raising a limit changes what the API accepts.
 CREATE TABLE compute.api_schema_pieces (
     name        text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]*$'),
     schema      jsonb NOT NULL CHECK (pg_catalog.jsonb_typeof(schema) = 'object' AND NOT schema ? '$piece'),
     description text NOT NULL CHECK (length(description) BETWEEN 1 AND 200)
 );
-COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
 
-INSERT INTO compute.api_schema_pieces (name, schema, description) VALUES
-    ('idempotency_key', '{"type":"string","minLength":1,"maxLength":200}', 'The retry key every mutation takes.'),
-    ('uuid',            '{"type":"string","format":"uuid"}', 'An id.'),
-    ('timestamp',       '{"type":"string","format":"date-time"}', 'An ISO 8601 time with a zone.'),
-    ('name',            '{"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"}', 'The name of a site, pool or project.'),
-    ('shape',           '{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?)$"}', 'An atom shape: gpu, slot or a MIG profile.'),
-    ('list_limit',      '{"type":"integer","minimum":1,"x-limit":{"maximum":"api_list_rows"}}', 'The rows a list answers.'),
-    ('reason',          '{"type":"string","minLength":1,"maxLength":1000}', 'Why an operator acts on a node.');
-
-CREATE FUNCTION compute.schema_marker_unknown(p_kind text, p_name text)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no %s %L', p_kind, p_name),
-        'Schema pieces are the rows of compute.api_schema_pieces; limits, of ops.limits.');
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION compute.schema_marker_unknown(text, text) IS 'NOT_FOUND for a schema marker naming no piece or no limit (fail closed).';
-
-CREATE FUNCTION compute.schema_resolve(p_schema jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    -- A field written {"$piece": name} becomes that piece; each keyword of a rule's "x-limit"
-    -- ({"maximum": "atoms_per_reservation"}) takes the limit's current value. The x-limit marker
-    -- stays in the answer, so a reader knows which limit a bound follows. A marker naming no piece or
-    -- no limit is NOT_FOUND, never a field without a rule. One statement: input_check runs it on
-    -- every request (plpgsql: its plan is kept for the session).
-    RETURN (WITH fields AS (
-        SELECT f.key, CASE WHEN f.value ? '$piece'
-                           THEN coalesce(p.schema, compute.schema_marker_unknown('schema piece', f.value ->> '$piece'))
-                           ELSE f.value END AS rule
-          FROM pg_catalog.jsonb_each(p_schema -> 'properties') AS f
-          LEFT JOIN compute.api_schema_pieces AS p ON p.name = f.value ->> '$piece')
-    SELECT p_schema || pg_catalog.jsonb_build_object('properties', coalesce(pg_catalog.jsonb_object_agg(d.key, d.rule || coalesce(
-               (SELECT pg_catalog.jsonb_object_agg(b.key, coalesce(pg_catalog.to_jsonb(l.value),
-                                                                   compute.schema_marker_unknown('limit', b.value #>> '{}')))
-                  FROM pg_catalog.jsonb_each(d.rule -> 'x-limit') AS b
-                  LEFT JOIN compute.limits AS l ON l.name = b.value #>> '{}'), '{}')), '{}'))
-      FROM fields AS d);
-END
-$$;
-COMMENT ON FUNCTION compute.schema_resolve(jsonb) IS 'A method''s input_schema as clients see it: schema pieces and limits (x-limit) resolved (idempotent).';
+SET LOCAL check_function_bodies = off;
 
 CREATE OR REPLACE FUNCTION api.catalog()
-RETURNS TABLE (method text, action text, resource_type text, kind text, summary text, input_schema jsonb)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = ''
-AS $$
+ RETURNS TABLE(method text, action text, resource_type text, kind text, summary text, input_schema jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
     SELECT m.method, m.action, m.resource_type, m.kind, m.summary, compute.schema_resolve(m.input_schema)
       FROM api.methods AS m ORDER BY m.method;
-$$;
+$function$;
+
 COMMENT ON FUNCTION api.catalog() IS 'The method catalog as the relay and the CLI read it (schema pieces and limits resolved).';
 
 CREATE OR REPLACE FUNCTION compute.input_check(p_schema jsonb, p_input jsonb)
-RETURNS void
-LANGUAGE plpgsql STABLE
-AS $$
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 -- The database's own check of an input against the catalog's input_schema: the relay checks the
 -- same document first with a full JSON Schema validator, ops.call comes here directly, and the
 -- rule lives in one place (the catalog row). An object, no unknown field, every required one, and
@@ -124,11 +77,65 @@ BEGIN
         END IF;
     END LOOP;
 END
-$$;
-COMMENT ON FUNCTION compute.input_check(jsonb, jsonb) IS 'INVALID_ARGUMENT unless the input conforms to a method''s input_schema (null fields count as absent).';
+$function$;
 
--- The catalog's rows: a field written as a piece becomes a marker of it; a bound that copies a
--- limit names the limit instead (x-limit). Only fields that are exactly the piece (or the copy) change.
+CREATE OR REPLACE FUNCTION compute.schema_marker_unknown(p_kind text, p_name text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no %s %L', p_kind, p_name),
+        'Schema pieces are the rows of compute.api_schema_pieces; limits, of ops.limits.');
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.schema_marker_unknown(text,text) IS 'NOT_FOUND for a schema marker naming no piece or no limit (fail closed).';
+
+CREATE OR REPLACE FUNCTION compute.schema_resolve(p_schema jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    -- A field written {"$piece": name} becomes that piece; each keyword of a rule's "x-limit"
+    -- ({"maximum": "atoms_per_reservation"}) takes the limit's current value. The x-limit marker
+    -- stays in the answer, so a reader knows which limit a bound follows. A marker naming no piece or
+    -- no limit is NOT_FOUND, never a field without a rule. One statement: input_check runs it on
+    -- every request (plpgsql: its plan is kept for the session).
+    RETURN (WITH fields AS (
+        SELECT f.key, CASE WHEN f.value ? '$piece'
+                           THEN coalesce(p.schema, compute.schema_marker_unknown('schema piece', f.value ->> '$piece'))
+                           ELSE f.value END AS rule
+          FROM pg_catalog.jsonb_each(p_schema -> 'properties') AS f
+          LEFT JOIN compute.api_schema_pieces AS p ON p.name = f.value ->> '$piece')
+    SELECT p_schema || pg_catalog.jsonb_build_object('properties', coalesce(pg_catalog.jsonb_object_agg(d.key, d.rule || coalesce(
+               (SELECT pg_catalog.jsonb_object_agg(b.key, coalesce(pg_catalog.to_jsonb(l.value),
+                                                                   compute.schema_marker_unknown('limit', b.value #>> '{}')))
+                  FROM pg_catalog.jsonb_each(d.rule -> 'x-limit') AS b
+                  LEFT JOIN compute.limits AS l ON l.name = b.value #>> '{}'), '{}')), '{}'))
+      FROM fields AS d);
+END
+$function$;
+
+COMMENT ON FUNCTION compute.schema_resolve(jsonb) IS 'A method''s input_schema as clients see it: schema pieces and limits (x-limit) resolved (idempotent).';
+
+COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
+
+COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
+
+COMMENT ON TABLE compute.api_schema_pieces IS 'Named JSON Schema fragments the method catalog''s input schemas refer to ({"$piece": name}).';
+
+INSERT INTO compute.api_schema_pieces (name, schema, description) VALUES
+    ('idempotency_key', '{"type":"string","minLength":1,"maxLength":200}', 'The retry key every mutation takes.'),
+    ('uuid',            '{"type":"string","format":"uuid"}', 'An id.'),
+    ('timestamp',       '{"type":"string","format":"date-time"}', 'An ISO 8601 time with a zone.'),
+    ('name',            '{"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"}', 'The name of a site, pool or project.'),
+    ('shape',           '{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?)$"}', 'An atom shape: gpu, slot or a MIG profile.'),
+    ('list_limit',      '{"type":"integer","minimum":1,"x-limit":{"maximum":"api_list_rows"}}', 'The rows a list answers.'),
+    ('reason',          '{"type":"string","minLength":1,"maxLength":1000}', 'Why an operator acts on a node.');
+
 UPDATE api.methods AS m
    SET input_schema = pg_catalog.jsonb_set(m.input_schema, '{properties}', coalesce((
        SELECT pg_catalog.jsonb_object_agg(f.key, CASE

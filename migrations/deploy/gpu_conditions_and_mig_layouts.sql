@@ -410,7 +410,7 @@ BEGIN
      WHERE r.reservation_id = p_reservation_id);
 END
 $$;
-COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (DESIGN §17).';
+COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (docs/architecture.md §17).';
 
 CREATE OR REPLACE VIEW ops.nodes AS
     SELECT n.node_id, n.name, s.name AS site, p.name AS pool, p.gpu_model,

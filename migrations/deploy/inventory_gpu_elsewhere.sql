@@ -1,14 +1,17 @@
 -- Deploy better_compute:inventory_gpu_elsewhere to pg
 -- compute.node_register refuses a GPU another node holds without saying that it exists elsewhere.
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+SET LOCAL check_function_bodies = off;
+
 CREATE OR REPLACE FUNCTION compute.node_register(p_pool_id uuid, p_name text, p_inventory jsonb)
-RETURNS uuid
-LANGUAGE plpgsql
-AS $$
+ RETURNS uuid
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the node (FOR UPDATE), then its devices.
 DECLARE
     v_pool    compute.pools;
@@ -79,8 +82,6 @@ BEGIN
        AND uuid NOT IN (SELECT d ->> 'uuid' FROM pg_catalog.jsonb_array_elements(p_inventory -> 'devices') AS d);
     RETURN v_node.node_id;
 END
-$$;
-COMMENT ON FUNCTION compute.node_register(uuid, text, jsonb) IS
-    'Create or update a node, its GPUs and their atoms from an inventory document (docs/inventory.md).';
+$function$;
 
 COMMIT;

@@ -3,7 +3,7 @@
 
 BEGIN;
 
--- Bare metal (issue 14, DESIGN §12): machines provisioned through their BMCs by a site agent.
+-- Bare metal (issue 14, docs/architecture.md §12): machines provisioned through their BMCs by a site agent.
 --
 --   site_agents       one process per site network (better-compute serve site-agent); its X25519
 --                     public key is what BMC credentials are sealed to (P14)
@@ -50,22 +50,22 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('bmc_unreachable_retry_seconds',  30, 'seconds', 'How long the reconciler waits before trying a BMC that did not answer again.');
 
 CREATE TABLE compute.site_agents (
-    agent_id      uuid PRIMARY KEY,
-    site_id       uuid NOT NULL REFERENCES compute.sites,
-    name          text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
-    public_key    bytea NOT NULL CHECK (octet_length(public_key) = 32),
-    key_id        text NOT NULL CHECK (key_id ~ '^[0-9a-f]{16}$'),
+    agent_id      uuid CONSTRAINT site_agents_pkey PRIMARY KEY,
+    site_id       uuid NOT NULL CONSTRAINT site_agents_site_id_fkey REFERENCES compute.sites,
+    name          text NOT NULL CONSTRAINT site_agents_name_check CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'),
+    public_key    bytea NOT NULL CONSTRAINT site_agents_public_key_check CHECK (octet_length(public_key) = 32),
+    key_id        text NOT NULL CONSTRAINT site_agents_key_id_check CHECK (key_id ~ '^[0-9a-f]{16}$'),
     created_at    timestamptz NOT NULL,
     last_heard_at timestamptz,
-    UNIQUE (site_id, name),
-    CHECK (key_id = left(pg_catalog.encode(pg_catalog.sha256(public_key), 'hex'), 16))
+    CONSTRAINT site_agents_site_id_name_key UNIQUE (site_id, name),
+    CONSTRAINT site_agents_key_id_is_the_key_digest CHECK (key_id = left(pg_catalog.encode(pg_catalog.sha256(public_key), 'hex'), 16))
 );
 COMMENT ON TABLE compute.site_agents IS 'Site agents: the X25519 public key BMC credentials are sealed to (only the agent holds the private key).';
 
 CREATE TABLE compute.machine_states (
-    state         text PRIMARY KEY,
+    state         text CONSTRAINT machine_states_pkey PRIMARY KEY,
     failed        boolean NOT NULL,
-    deadline_limit text REFERENCES compute.limits (name),
+    deadline_limit text CONSTRAINT machine_states_deadline_limit_fkey REFERENCES compute.limits (name),
     description   text NOT NULL
 );
 COMMENT ON TABLE compute.machine_states IS 'Provision states; failed ones are quarantined; deadline_limit names the limit that bounds the stay.';
@@ -84,12 +84,12 @@ INSERT INTO compute.machine_states (state, failed, deadline_limit, description) 
     ('clean_failed',  true,  NULL,                          'Quarantined: cleaning failed (never rejoins with its old identity); operator: retry or abort.');
 
 CREATE TABLE compute.machine_transitions (
-    from_state text NOT NULL REFERENCES compute.machine_states,
-    event      text NOT NULL CHECK (event IN ('manage', 'verified', 'provide', 'deployed', 'joined', 'release', 'cleaned',
+    from_state text NOT NULL CONSTRAINT machine_transitions_from_state_fkey REFERENCES compute.machine_states,
+    event      text NOT NULL CONSTRAINT machine_transitions_event_check CHECK (event IN ('manage', 'verified', 'provide', 'deployed', 'joined', 'release', 'cleaned',
                                                 'fail', 'retry', 'abort')),
-    to_state   text NOT NULL REFERENCES compute.machine_states,
+    to_state   text NOT NULL CONSTRAINT machine_transitions_to_state_fkey REFERENCES compute.machine_states,
     by_operator boolean NOT NULL,
-    PRIMARY KEY (from_state, event)
+    CONSTRAINT machine_transitions_pkey PRIMARY KEY (from_state, event)
 );
 COMMENT ON TABLE compute.machine_transitions IS 'The legal moves of a machine; compute.machine_transition refuses every other.';
 
@@ -119,74 +119,74 @@ INSERT INTO compute.machine_transitions (from_state, event, to_state, by_operato
     ('clean_failed',  'abort',    'manageable',    true);
 
 CREATE TABLE compute.machines (
-    machine_id          uuid PRIMARY KEY,
-    site_id             uuid NOT NULL REFERENCES compute.sites,
-    pool_id             uuid NOT NULL REFERENCES compute.pools,
-    agent_id            uuid NOT NULL REFERENCES compute.site_agents,
-    name                text NOT NULL CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$'),
-    bmc_address         text NOT NULL CHECK (bmc_address ~ '^https?://[^\s/]+(/\S*)?$' AND length(bmc_address) <= 500),
-    system_uuid         text NOT NULL CHECK (system_uuid ~ '^[0-9A-Fa-f-]{32,36}$'),
-    serial              text CHECK (length(serial) <= 200),
-    image_url           text NOT NULL CHECK (image_url ~ '^https?://\S+$' AND length(image_url) <= 2000),
-    state               text NOT NULL REFERENCES compute.machine_states,
+    machine_id          uuid CONSTRAINT machines_pkey PRIMARY KEY,
+    site_id             uuid NOT NULL CONSTRAINT machines_site_id_fkey REFERENCES compute.sites,
+    pool_id             uuid NOT NULL CONSTRAINT machines_pool_id_fkey REFERENCES compute.pools,
+    agent_id            uuid NOT NULL CONSTRAINT machines_agent_id_fkey REFERENCES compute.site_agents,
+    name                text NOT NULL CONSTRAINT machines_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$'),
+    bmc_address         text NOT NULL CONSTRAINT machines_bmc_address_check CHECK (bmc_address ~ '^https?://[^\s/]+(/\S*)?$' AND length(bmc_address) <= 500),
+    system_uuid         text NOT NULL CONSTRAINT machines_system_uuid_check CHECK (system_uuid ~ '^[0-9A-Fa-f-]{32,36}$'),
+    serial              text CONSTRAINT machines_serial_check CHECK (length(serial) <= 200),
+    image_url           text NOT NULL CONSTRAINT machines_image_url_check CHECK (image_url ~ '^https?://\S+$' AND length(image_url) <= 2000),
+    state               text NOT NULL CONSTRAINT machines_state_fkey REFERENCES compute.machine_states,
     state_since         timestamptz NOT NULL,
-    step                integer NOT NULL DEFAULT 0 CHECK (step >= 0),
+    step                integer NOT NULL DEFAULT 0 CONSTRAINT machines_step_check CHECK (step >= 0),
     generation          bigint NOT NULL DEFAULT 1,
     observed_generation bigint NOT NULL DEFAULT 0,
     op_epoch            bigint NOT NULL DEFAULT 0,
-    failure_count       integer NOT NULL DEFAULT 0 CHECK (failure_count >= 0),
+    failure_count       integer NOT NULL DEFAULT 0 CONSTRAINT machines_failure_count_check CHECK (failure_count >= 0),
     deadline            timestamptz,
-    last_error          text CHECK (length(last_error) <= 2000),
+    last_error          text CONSTRAINT machines_last_error_check CHECK (length(last_error) <= 2000),
     bmc_reachable       boolean,
     bmc_unreachable_since timestamptz,
     credentials_tried   integer,
     credentials_worked  integer,
-    node_id             uuid REFERENCES compute.nodes,
+    node_id             uuid CONSTRAINT machines_node_id_fkey REFERENCES compute.nodes,
     created_at          timestamptz NOT NULL,
-    UNIQUE (site_id, name),
-    UNIQUE (system_uuid),
-    UNIQUE (node_id),
-    CHECK ((bmc_reachable IS FALSE) = (bmc_unreachable_since IS NOT NULL))
+    CONSTRAINT machines_site_id_name_key UNIQUE (site_id, name),
+    CONSTRAINT machines_system_uuid_key UNIQUE (system_uuid),
+    CONSTRAINT machines_node_id_key UNIQUE (node_id),
+    CONSTRAINT machines_unreachable_has_since CHECK ((bmc_reachable IS FALSE) = (bmc_unreachable_since IS NOT NULL))
 );
 COMMENT ON TABLE compute.machines IS 'Bare-metal machines: provision state (legal moves in machine_transitions), step in the state''s plan, op epoch (fencing), deadline, BmcReachable.';
 COMMENT ON COLUMN compute.machines.generation IS 'Bumped by every state change; observed_generation: the generation whose plan finished.';
 
 CREATE TABLE compute.machine_credentials (
-    machine_id uuid NOT NULL REFERENCES compute.machines ON DELETE CASCADE,
-    version    integer NOT NULL CHECK (version > 0),
-    key_id     text NOT NULL CHECK (key_id ~ '^[0-9a-f]{16}$'),
-    box        bytea NOT NULL CHECK (octet_length(box) BETWEEN 49 AND 4096),
+    machine_id uuid NOT NULL CONSTRAINT machine_credentials_machine_id_fkey REFERENCES compute.machines ON DELETE CASCADE,
+    version    integer NOT NULL CONSTRAINT machine_credentials_version_check CHECK (version > 0),
+    key_id     text NOT NULL CONSTRAINT machine_credentials_key_id_check CHECK (key_id ~ '^[0-9a-f]{16}$'),
+    box        bytea NOT NULL CONSTRAINT machine_credentials_box_check CHECK (octet_length(box) BETWEEN 49 AND 4096),
     created_at timestamptz NOT NULL,
-    PRIMARY KEY (machine_id, version)
+    CONSTRAINT machine_credentials_pkey PRIMARY KEY (machine_id, version)
 );
 COMMENT ON TABLE compute.machine_credentials IS 'BMC credentials, versioned, only sealed to the site agent''s key (machine id as associated data); nothing here can open them.';
 
 CREATE TABLE compute.machine_join_tokens (
-    token_id    uuid PRIMARY KEY REFERENCES compute.join_tokens,
-    machine_id  uuid NOT NULL REFERENCES compute.machines ON DELETE CASCADE,
+    token_id    uuid CONSTRAINT machine_join_tokens_pkey PRIMARY KEY CONSTRAINT machine_join_tokens_token_id_fkey REFERENCES compute.join_tokens,
+    machine_id  uuid NOT NULL CONSTRAINT machine_join_tokens_machine_id_fkey REFERENCES compute.machines ON DELETE CASCADE,
     system_uuid text NOT NULL
 );
 COMMENT ON TABLE compute.machine_join_tokens IS 'Join tokens bound to one machine: the joining inventory must carry its system_uuid.';
 
 CREATE TABLE compute.bmc_ops (
-    op_id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    machine_id  uuid NOT NULL REFERENCES compute.machines ON DELETE CASCADE,
-    agent_id    uuid NOT NULL REFERENCES compute.site_agents,
-    epoch       bigint NOT NULL CHECK (epoch > 0),
+    op_id       bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT bmc_ops_pkey PRIMARY KEY,
+    machine_id  uuid NOT NULL CONSTRAINT bmc_ops_machine_id_fkey REFERENCES compute.machines ON DELETE CASCADE,
+    agent_id    uuid NOT NULL CONSTRAINT bmc_ops_agent_id_fkey REFERENCES compute.site_agents,
+    epoch       bigint NOT NULL CONSTRAINT bmc_ops_epoch_check CHECK (epoch > 0),
     state_name  text NOT NULL,
     generation  bigint NOT NULL,
     step        integer NOT NULL,
-    kind        text NOT NULL CHECK (kind IN ('verify', 'power_off', 'power_on', 'boot_device', 'vmedia_insert', 'vmedia_eject')),
+    kind        text NOT NULL CONSTRAINT bmc_ops_kind_check CHECK (kind IN ('verify', 'power_off', 'power_on', 'boot_device', 'vmedia_insert', 'vmedia_eject')),
     args        jsonb NOT NULL DEFAULT '{}',
     envelope    jsonb,
-    state       text NOT NULL CHECK (state IN ('unsigned', 'queued', 'running', 'succeeded', 'failed', 'unreachable', 'expired', 'cancelled')),
+    state       text NOT NULL CONSTRAINT bmc_ops_state_check CHECK (state IN ('unsigned', 'queued', 'running', 'succeeded', 'failed', 'unreachable', 'expired', 'cancelled')),
     created_at  timestamptz NOT NULL,
     claimed_at  timestamptz,
     deadline    timestamptz,
     finished_at timestamptz,
     result      jsonb,
-    error       text CHECK (length(error) <= 2000),
-    CHECK ((state = 'unsigned') = (envelope IS NULL))
+    error       text CONSTRAINT bmc_ops_error_check CHECK (length(error) <= 2000),
+    CONSTRAINT bmc_ops_signed_unless_unsigned CHECK ((state = 'unsigned') = (envelope IS NULL))
 );
 CREATE UNIQUE INDEX bmc_ops_one_live ON compute.bmc_ops (machine_id) WHERE state IN ('unsigned', 'queued', 'running');
 CREATE INDEX bmc_ops_agent_live ON compute.bmc_ops (agent_id, op_id) WHERE state IN ('queued', 'running');

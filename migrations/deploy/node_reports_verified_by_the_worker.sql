@@ -2,6 +2,7 @@
 -- Relays cannot forge (P14): what a node reports is appended to its inbox by the gateway as signed,
 -- and takes effect only after a worker verified the node's signature (sql/640_node_reports.sql).
 -- The node_api functions that wrote a node's reports directly now only answer UNSUPPORTED.
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
@@ -10,11 +11,6 @@ SET LOCAL ROLE bc_owner;
 ALTER TABLE compute.node_identities
     ADD COLUMN report_epoch bigint NOT NULL DEFAULT 0,
     ADD COLUMN report_seq   bigint NOT NULL DEFAULT 0;
-COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
-
-INSERT INTO compute.limits (name, value, unit, description) VALUES
-    ('node_reports_pending_per_node', 1024, 'count', 'Reports of one node appended by gateways and not yet verified by a worker.'),
-    ('node_reports_rejected_kept',     100, 'count', 'Rejected reports kept per node (the newest), for operators.');
 
 CREATE TABLE compute.node_reports (
     report_id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -27,51 +23,31 @@ CREATE TABLE compute.node_reports (
     decided_at  timestamptz,
     CHECK ((state = 'rejected') = (reason IS NOT NULL AND decided_at IS NOT NULL))
 );
+
 CREATE INDEX node_reports_pending ON compute.node_reports (node_id, epoch, report_id) WHERE state = 'pending';
+
 CREATE INDEX node_reports_rejected ON compute.node_reports (node_id, report_id) WHERE state = 'rejected';
-COMMENT ON TABLE compute.node_reports IS 'The nodes'' inbox: signed reports as gateways relayed them, until a worker verified (and applied) or rejected them.';
 
--- -- applying what a node reported (called only with a verified report) ----------------------------
+SET LOCAL check_function_bodies = off;
 
-CREATE FUNCTION compute.node_inventory_reported(p_node_id uuid, p_inventory jsonb)
-RETURNS uuid
-LANGUAGE plpgsql
-AS $$
+CREATE OR REPLACE FUNCTION compute.node_api_removed(p_function text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 BEGIN
-    IF p_inventory ->> 'hostname' IS DISTINCT FROM (SELECT n.name FROM compute.nodes AS n WHERE n.node_id = p_node_id) THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the inventory names another host',
-            'A node reports its own inventory; a renamed host joins again with a new token.');
-    END IF;
-    RETURN compute.node_register((SELECT n.pool_id FROM compute.nodes AS n WHERE n.node_id = p_node_id), p_inventory ->> 'hostname', p_inventory);
+    PERFORM compute.raise_error('UNSUPPORTED',
+        pg_catalog.format('node_api.%s no longer applies what a gateway says: a node''s reports are signed by the node and relayed with node_api.report', p_function),
+        'Upgrade the gateway (better-compute serve gateway) to this release: it relays every node report with node_api.report, and a worker verifies the node''s signature before anything takes effect.');
 END
-$$;
-COMMENT ON FUNCTION compute.node_inventory_reported(uuid, jsonb) IS 'A node''s verified inventory re-registers it (a GPU gone: present = false, bookings stay).';
+$function$;
 
-CREATE FUNCTION compute.node_spec_observed(p_node_id uuid, p_generation bigint, p_conditions jsonb)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    IF p_conditions IS NULL OR pg_catalog.jsonb_typeof(p_conditions) <> 'array'
-       OR pg_catalog.octet_length(p_conditions::text) > compute.limit('node_message_bytes') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'conditions are a bounded JSON array', 'Send [] when all is well.');
-    END IF;
-    -- Observed only ever moves forward, and never past what was signed for the node.
-    UPDATE compute.node_specs
-       SET observed_generation = greatest(observed_generation, p_generation), observed_at = compute.compute_now(), conditions = p_conditions
-     WHERE node_id = p_node_id AND p_generation <= signed_generation;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('generation %s was never sent to node %s', p_generation, p_node_id),
-            'Report the generation of the spec you applied.');
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION compute.node_spec_observed(uuid, bigint, jsonb) IS 'A node applied a spec generation (verified report); its conditions.';
+COMMENT ON FUNCTION compute.node_api_removed(text) IS 'UNSUPPORTED for a node_api write a gateway may no longer make (P14): what to use instead.';
 
-CREATE FUNCTION compute.node_command_result(p_node_id uuid, p_command_id uuid, p_status text, p_output text)
-RETURNS boolean
-LANGUAGE plpgsql
-AS $$
+CREATE OR REPLACE FUNCTION compute.node_command_result(p_node_id uuid, p_command_id uuid, p_status text, p_output text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
 BEGIN
     IF p_status IS NULL OR p_status NOT IN ('succeeded', 'failed', 'unsupported') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid command status %L', p_status),
@@ -84,13 +60,29 @@ BEGIN
      WHERE command_id = p_command_id AND node_id = p_node_id AND state = 'pending';
     RETURN FOUND;
 END
-$$;
-COMMENT ON FUNCTION compute.node_command_result(uuid, uuid, text, text) IS 'A command''s result (verified report; the first one counts; output bounded).';
+$function$;
 
-CREATE FUNCTION compute.node_key_replace(p_node_id uuid, p_public_key bytea)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
+COMMENT ON FUNCTION compute.node_command_result(uuid,uuid,text,text) IS 'A command''s result (verified report; the first one counts; output bounded).';
+
+CREATE OR REPLACE FUNCTION compute.node_inventory_reported(p_node_id uuid, p_inventory jsonb)
+ RETURNS uuid
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF p_inventory ->> 'hostname' IS DISTINCT FROM (SELECT n.name FROM compute.nodes AS n WHERE n.node_id = p_node_id) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the inventory names another host',
+            'A node reports its own inventory; a renamed host joins again with a new token.');
+    END IF;
+    RETURN compute.node_register((SELECT n.pool_id FROM compute.nodes AS n WHERE n.node_id = p_node_id), p_inventory ->> 'hostname', p_inventory);
+END
+$function$;
+
+COMMENT ON FUNCTION compute.node_inventory_reported(uuid,jsonb) IS 'A node''s verified inventory re-registers it (a GPU gone: present = false, bookings stay).';
+
+CREATE OR REPLACE FUNCTION compute.node_key_replace(p_node_id uuid, p_public_key bytea)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
 BEGIN
     -- Only from a verified node.key report: the old key signed the new one, which signed itself.
     IF p_public_key IS NULL OR octet_length(p_public_key) NOT BETWEEN 32 AND 1024 THEN
@@ -98,45 +90,14 @@ BEGIN
     END IF;
     UPDATE compute.node_identities SET public_key = p_public_key WHERE node_id = p_node_id;
 END
-$$;
-COMMENT ON FUNCTION compute.node_key_replace(uuid, bytea) IS 'The key a node signs with from now on (verified node.key report).';
+$function$;
 
--- -- the inbox: appended by gateways, decided by workers ---------------------------------------------
+COMMENT ON FUNCTION compute.node_key_replace(uuid,bytea) IS 'The key a node signs with from now on (verified node.key report).';
 
-CREATE FUNCTION compute.node_report_reject(p_report_id bigint, p_reason text)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
--- Lock order: the report row (the caller may hold it already), then the outbox, then older
--- rejected reports of the node (deleted beyond node_reports_rejected_kept).
-DECLARE
-    v_report compute.node_reports;
-BEGIN
-    UPDATE compute.node_reports
-       SET state = 'rejected', reason = pg_catalog.left(coalesce(p_reason, 'rejected'), 1000), decided_at = compute.compute_now()
-     WHERE report_id = p_report_id AND state = 'pending'
-    RETURNING * INTO v_report;
-    IF NOT FOUND THEN
-        RETURN;  -- decided already (a second worker run): nothing to record twice
-    END IF;
-    PERFORM compute.outbox_emit((SELECT s.tenant_id FROM compute.nodes AS n JOIN compute.sites AS s ON s.site_id = n.site_id
-                                  WHERE n.node_id = v_report.node_id),
-        'node', v_report.node_id::text, 'node.report_rejected',
-        pg_catalog.jsonb_build_object('node_id', v_report.node_id, 'report_id', v_report.report_id,
-            'purpose', pg_catalog.left(v_report.envelope ->> 'purpose', 64), 'reason', v_report.reason));
-    DELETE FROM compute.node_reports AS r
-     WHERE r.node_id = v_report.node_id AND r.state = 'rejected'
-       AND r.report_id < (SELECT k.report_id FROM compute.node_reports AS k
-                           WHERE k.node_id = v_report.node_id AND k.state = 'rejected'
-                           ORDER BY k.report_id DESC OFFSET compute.limit('node_reports_rejected_kept') - 1 LIMIT 1);
-END
-$$;
-COMMENT ON FUNCTION compute.node_report_reject(bigint, text) IS 'Record a report as rejected (never applied) with the reason; event node.report_rejected.';
-
-CREATE FUNCTION compute.node_report_apply(p_report_id bigint, p_public_key bytea)
-RETURNS boolean
-LANGUAGE plpgsql
-AS $$
+CREATE OR REPLACE FUNCTION compute.node_report_apply(p_report_id bigint, p_public_key bytea)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the report row, the node's identity row (one verifier per node at a time), then what
 -- the report's effect locks (node_register: the node and its devices; node_specs; node_commands).
 DECLARE
@@ -215,40 +176,68 @@ BEGIN
     DELETE FROM compute.node_reports WHERE report_id = p_report_id;
     RETURN true;
 END
-$$;
-COMMENT ON FUNCTION compute.node_report_apply(bigint, bytea) IS 'A report whose signature a worker verified with the node''s key: applied in (epoch, seq) order, or rejected.';
+$function$;
 
-CREATE FUNCTION compute.report_bigint(p_body jsonb, p_field text)
-RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE
-AS $$
+COMMENT ON FUNCTION compute.node_report_apply(bigint,bytea) IS 'A report whose signature a worker verified with the node''s key: applied in (epoch, seq) order, or rejected.';
+
+CREATE OR REPLACE FUNCTION compute.node_report_reject(p_report_id bigint, p_reason text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: the report row (the caller may hold it already), then the outbox, then older
+-- rejected reports of the node (deleted beyond node_reports_rejected_kept).
+DECLARE
+    v_report compute.node_reports;
 BEGIN
-    IF pg_catalog.jsonb_typeof(p_body -> p_field) IS DISTINCT FROM 'number' OR (p_body ->> p_field) !~ '^-?[0-9]{1,18}$' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('the report''s %s is not an integer', p_field), 'Send an integer.');
+    UPDATE compute.node_reports
+       SET state = 'rejected', reason = pg_catalog.left(coalesce(p_reason, 'rejected'), 1000), decided_at = compute.compute_now()
+     WHERE report_id = p_report_id AND state = 'pending'
+    RETURNING * INTO v_report;
+    IF NOT FOUND THEN
+        RETURN;  -- decided already (a second worker run): nothing to record twice
     END IF;
-    RETURN (p_body ->> p_field)::bigint;
+    PERFORM compute.outbox_emit((SELECT s.tenant_id FROM compute.nodes AS n JOIN compute.sites AS s ON s.site_id = n.site_id
+                                  WHERE n.node_id = v_report.node_id),
+        'node', v_report.node_id::text, 'node.report_rejected',
+        pg_catalog.jsonb_build_object('node_id', v_report.node_id, 'report_id', v_report.report_id,
+            'purpose', pg_catalog.left(v_report.envelope ->> 'purpose', 64), 'reason', v_report.reason));
+    DELETE FROM compute.node_reports AS r
+     WHERE r.node_id = v_report.node_id AND r.state = 'rejected'
+       AND r.report_id < (SELECT k.report_id FROM compute.node_reports AS k
+                           WHERE k.node_id = v_report.node_id AND k.state = 'rejected'
+                           ORDER BY k.report_id DESC OFFSET compute.limit('node_reports_rejected_kept') - 1 LIMIT 1);
 END
-$$;
-COMMENT ON FUNCTION compute.report_bigint(jsonb, text) IS 'An integer field of a report body (INVALID_ARGUMENT otherwise).';
+$function$;
 
-CREATE FUNCTION compute.report_uuid(p_body jsonb, p_field text)
-RETURNS uuid
-LANGUAGE plpgsql IMMUTABLE
-AS $$
+COMMENT ON FUNCTION compute.node_report_reject(bigint,text) IS 'Record a report as rejected (never applied) with the reason; event node.report_rejected.';
+
+CREATE OR REPLACE FUNCTION compute.node_spec_observed(p_node_id uuid, p_generation bigint, p_conditions jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
 BEGIN
-    IF pg_catalog.jsonb_typeof(p_body -> p_field) IS DISTINCT FROM 'string'
-       OR (p_body ->> p_field) !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('the report''s %s is not a UUID', p_field), 'Send the id as the control plane gave it.');
+    IF p_conditions IS NULL OR pg_catalog.jsonb_typeof(p_conditions) <> 'array'
+       OR pg_catalog.octet_length(p_conditions::text) > compute.limit('node_message_bytes') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'conditions are a bounded JSON array', 'Send [] when all is well.');
     END IF;
-    RETURN (p_body ->> p_field)::uuid;
+    -- Observed only ever moves forward, and never past what was signed for the node.
+    UPDATE compute.node_specs
+       SET observed_generation = greatest(observed_generation, p_generation), observed_at = compute.compute_now(), conditions = p_conditions
+     WHERE node_id = p_node_id AND p_generation <= signed_generation;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('generation %s was never sent to node %s', p_generation, p_node_id),
+            'Report the generation of the spec you applied.');
+    END IF;
 END
-$$;
-COMMENT ON FUNCTION compute.report_uuid(jsonb, text) IS 'A UUID field of a report body (INVALID_ARGUMENT otherwise).';
+$function$;
 
-CREATE FUNCTION compute.report_base64(p_body jsonb, p_field text)
-RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE
-AS $$
+COMMENT ON FUNCTION compute.node_spec_observed(uuid,bigint,jsonb) IS 'A node applied a spec generation (verified report); its conditions.';
+
+CREATE OR REPLACE FUNCTION compute.report_base64(p_body jsonb, p_field text)
+ RETURNS bytea
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
 BEGIN
     IF pg_catalog.jsonb_typeof(p_body -> p_field) IS DISTINCT FROM 'string' OR (p_body ->> p_field) !~ '^[A-Za-z0-9+/]+={0,2}$'
        OR pg_catalog.length(p_body ->> p_field) % 4 <> 0 THEN
@@ -256,14 +245,102 @@ BEGIN
     END IF;
     RETURN pg_catalog.decode(p_body ->> p_field, 'base64');
 END
-$$;
-COMMENT ON FUNCTION compute.report_base64(jsonb, text) IS 'A base64 field of a report body, decoded (INVALID_ARGUMENT otherwise).';
+$function$;
 
--- -- node_api (bc_gateway): append only --------------------------------------------------------------
+COMMENT ON FUNCTION compute.report_base64(jsonb,text) IS 'A base64 field of a report body, decoded (INVALID_ARGUMENT otherwise).';
 
-CREATE FUNCTION node_api.report(p_node_id uuid, p_epoch bigint, p_envelope jsonb)
-RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+CREATE OR REPLACE FUNCTION compute.report_bigint(p_body jsonb, p_field text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+BEGIN
+    IF pg_catalog.jsonb_typeof(p_body -> p_field) IS DISTINCT FROM 'number' OR (p_body ->> p_field) !~ '^-?[0-9]{1,18}$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('the report''s %s is not an integer', p_field), 'Send an integer.');
+    END IF;
+    RETURN (p_body ->> p_field)::bigint;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.report_bigint(jsonb,text) IS 'An integer field of a report body (INVALID_ARGUMENT otherwise).';
+
+CREATE OR REPLACE FUNCTION compute.report_uuid(p_body jsonb, p_field text)
+ RETURNS uuid
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+BEGIN
+    IF pg_catalog.jsonb_typeof(p_body -> p_field) IS DISTINCT FROM 'string'
+       OR (p_body ->> p_field) !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('the report''s %s is not a UUID', p_field), 'Send the id as the control plane gave it.');
+    END IF;
+    RETURN (p_body ->> p_field)::uuid;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.report_uuid(jsonb,text) IS 'A UUID field of a report body (INVALID_ARGUMENT otherwise).';
+
+CREATE OR REPLACE FUNCTION node_api.command_result(p_node_id uuid, p_epoch bigint, p_command_id uuid, p_status text, p_output text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+BEGIN
+    PERFORM compute.node_api_removed('command_result');
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION node_api.command_result(uuid,bigint,uuid,text,text) IS 'Removed: UNSUPPORTED (node_api.report relays a node''s signed command result).';
+
+CREATE OR REPLACE FUNCTION node_api.inventory_report(p_node_id uuid, p_epoch bigint, p_inventory jsonb)
+ RETURNS uuid
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+BEGIN
+    PERFORM compute.node_api_removed('inventory_report');
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION node_api.inventory_report(uuid,bigint,jsonb) IS 'Removed: UNSUPPORTED (node_api.report relays a node''s signed inventory).';
+
+CREATE OR REPLACE FUNCTION node_api.node_key_renewed(p_node_id uuid, p_epoch bigint, p_public_key bytea)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+BEGIN
+    PERFORM compute.node_api_removed('node_key_renewed');
+END
+$function$;
+
+COMMENT ON FUNCTION node_api.node_key_renewed(uuid,bigint,bytea) IS 'Removed: UNSUPPORTED (node_api.report relays a key change signed by the old and the new key).';
+
+CREATE OR REPLACE FUNCTION node_api.node_public_key(p_node_id uuid)
+ RETURNS bytea
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+BEGIN
+    PERFORM compute.node_api_removed('node_public_key');
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION node_api.node_public_key(uuid) IS 'Removed: UNSUPPORTED (the worker checks nodes'' signatures, not the gateway).';
+
+CREATE OR REPLACE FUNCTION node_api.report(p_node_id uuid, p_epoch bigint, p_envelope jsonb)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 DECLARE
     v_report_id bigint;
 BEGIN
@@ -287,14 +364,53 @@ BEGIN
                               CASE WHEN p_envelope ->> 'purpose' IN ('node.observed', 'node.result') THEN 1 ELSE 0 END);
     RETURN v_report_id;
 END
-$$;
-COMMENT ON FUNCTION node_api.report(uuid, bigint, jsonb) IS 'Append a node''s signed report, as received, to its inbox (under its current session); a worker verifies and applies it.';
+$function$;
 
--- -- worker_api (bc_worker): verify, then apply or reject ---------------------------------------------
+COMMENT ON FUNCTION node_api.report(uuid,bigint,jsonb) IS 'Append a node''s signed report, as received, to its inbox (under its current session); a worker verifies and applies it.';
 
-CREATE FUNCTION worker_api.node_reports_pending(p_node_id uuid, p_limit integer)
-RETURNS TABLE (report_id bigint, envelope jsonb, public_key bytea)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = '' AS $$
+GRANT EXECUTE ON FUNCTION node_api.report(uuid,bigint,jsonb) TO bc_gateway;
+
+CREATE OR REPLACE FUNCTION node_api.spec_observed(p_node_id uuid, p_epoch bigint, p_generation bigint, p_conditions jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+BEGIN
+    PERFORM compute.node_api_removed('spec_observed');
+END
+$function$;
+
+COMMENT ON FUNCTION node_api.spec_observed(uuid,bigint,bigint,jsonb) IS 'Removed: UNSUPPORTED (node_api.report relays a node''s signed acknowledgement).';
+
+CREATE OR REPLACE FUNCTION worker_api.node_report_rejected(p_report_id bigint, p_reason text)
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.node_report_reject(p_report_id, p_reason) $function$;
+
+COMMENT ON FUNCTION worker_api.node_report_rejected(bigint,text) IS 'The report''s signature does not verify: record it, never apply it.';
+
+GRANT EXECUTE ON FUNCTION worker_api.node_report_rejected(bigint,text) TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.node_report_verified(p_report_id bigint, p_public_key bytea)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.node_report_apply(p_report_id, p_public_key) $function$;
+
+COMMENT ON FUNCTION worker_api.node_report_verified(bigint,bytea) IS 'The worker verified the report with this key: apply it (true), or reject it as replayed or invalid (false).';
+
+GRANT EXECUTE ON FUNCTION worker_api.node_report_verified(bigint,bytea) TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.node_reports_pending(p_node_id uuid, p_limit integer)
+ RETURNS TABLE(report_id bigint, envelope jsonb, public_key bytea)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'read 1 to 1000 reports at a time', 'Pass a batch size.');
@@ -308,89 +424,34 @@ BEGIN
      ORDER BY r.epoch, r.report_id
      LIMIT p_limit;
 END
-$$;
-COMMENT ON FUNCTION worker_api.node_reports_pending(uuid, integer) IS 'A node''s reports to verify, in order, with its registered public key.';
+$function$;
 
-CREATE FUNCTION worker_api.node_report_verified(p_report_id bigint, p_public_key bytea)
-RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.node_report_apply(p_report_id, p_public_key) $$;
-COMMENT ON FUNCTION worker_api.node_report_verified(bigint, bytea) IS 'The worker verified the report with this key: apply it (true), or reject it as replayed or invalid (false).';
+COMMENT ON FUNCTION worker_api.node_reports_pending(uuid,integer) IS 'A node''s reports to verify, in order, with its registered public key.';
 
-CREATE FUNCTION worker_api.node_report_rejected(p_report_id bigint, p_reason text)
-RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.node_report_reject(p_report_id, p_reason) $$;
-COMMENT ON FUNCTION worker_api.node_report_rejected(bigint, text) IS 'The report''s signature does not verify: record it, never apply it.';
+GRANT EXECUTE ON FUNCTION worker_api.node_reports_pending(uuid,integer) TO bc_worker;
 
--- -- ops (bc_operator) --------------------------------------------------------------------------------
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
+
+COMMENT ON TABLE compute.node_reports IS 'The nodes'' inbox: signed reports as gateways relayed them, until a worker verified (and applied) or rejected them.';
+
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
+
+COMMENT ON TABLE compute.node_reports IS 'The nodes'' inbox: signed reports as gateways relayed them, until a worker verified (and applied) or rejected them.';
+
+COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
+
+INSERT INTO compute.limits (name, value, unit, description) VALUES
+    ('node_reports_pending_per_node', 1024, 'count', 'Reports of one node appended by gateways and not yet verified by a worker.'),
+    ('node_reports_rejected_kept',     100, 'count', 'Rejected reports kept per node (the newest), for operators.');
+
+COMMENT ON TABLE compute.node_reports IS 'The nodes'' inbox: signed reports as gateways relayed them, until a worker verified (and applied) or rejected them.';
 
 CREATE VIEW ops.node_reports_rejected AS
     SELECT r.node_id, n.name AS node, r.report_id, pg_catalog.left(r.envelope ->> 'purpose', 64) AS purpose, r.reason,
            r.received_at, r.decided_at
       FROM compute.node_reports AS r JOIN compute.nodes AS n ON n.node_id = r.node_id
      WHERE r.state = 'rejected';
+
 COMMENT ON VIEW ops.node_reports_rejected IS 'Reports a gateway relayed that a worker rejected (bad signature, replayed, invalid): never applied.';
-
--- == Removed gateway writes ==========================================================================
--- The functions through which a gateway wrote a node's inventory, acknowledgement, command result and
--- key directly (before node_reports_verified_by_the_worker) stay defined, so that the released
--- changes' verify scripts still find them and a gateway of an older release is told plainly what to
--- do: each only answers UNSUPPORTED and changes nothing.
-
-CREATE FUNCTION compute.node_api_removed(p_function text)
-RETURNS void
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    PERFORM compute.raise_error('UNSUPPORTED',
-        pg_catalog.format('node_api.%s no longer applies what a gateway says: a node''s reports are signed by the node and relayed with node_api.report', p_function),
-        'Upgrade the gateway (better-compute serve gateway) to this release: it relays every node report with node_api.report, and a worker verifies the node''s signature before anything takes effect.');
-END
-$$;
-COMMENT ON FUNCTION compute.node_api_removed(text) IS 'UNSUPPORTED for a node_api write a gateway may no longer make (P14): what to use instead.';
-
-CREATE OR REPLACE FUNCTION node_api.node_public_key(p_node_id uuid) RETURNS bytea
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.node_api_removed('node_public_key');
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION node_api.node_public_key(uuid) IS 'Removed: UNSUPPORTED (the worker checks nodes'' signatures, not the gateway).';
-
-CREATE OR REPLACE FUNCTION node_api.inventory_report(p_node_id uuid, p_epoch bigint, p_inventory jsonb) RETURNS uuid
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.node_api_removed('inventory_report');
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION node_api.inventory_report(uuid, bigint, jsonb) IS 'Removed: UNSUPPORTED (node_api.report relays a node''s signed inventory).';
-
-CREATE OR REPLACE FUNCTION node_api.node_key_renewed(p_node_id uuid, p_epoch bigint, p_public_key bytea) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.node_api_removed('node_key_renewed');
-END
-$$;
-COMMENT ON FUNCTION node_api.node_key_renewed(uuid, bigint, bytea) IS 'Removed: UNSUPPORTED (node_api.report relays a key change signed by the old and the new key).';
-
-CREATE OR REPLACE FUNCTION node_api.spec_observed(p_node_id uuid, p_epoch bigint, p_generation bigint, p_conditions jsonb)
-RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.node_api_removed('spec_observed');
-END
-$$;
-COMMENT ON FUNCTION node_api.spec_observed(uuid, bigint, bigint, jsonb) IS 'Removed: UNSUPPORTED (node_api.report relays a node''s signed acknowledgement).';
-
-CREATE OR REPLACE FUNCTION node_api.command_result(p_node_id uuid, p_epoch bigint, p_command_id uuid, p_status text, p_output text)
-RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.node_api_removed('command_result');
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION node_api.command_result(uuid, bigint, uuid, text, text) IS 'Removed: UNSUPPORTED (node_api.report relays a node''s signed command result).';
 
 COMMIT;

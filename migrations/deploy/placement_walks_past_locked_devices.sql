@@ -2,15 +2,18 @@
 -- Placement skips devices lost to concurrent placements (locked, or their atoms taken) and keeps
 -- walking the pool's order, instead of giving up after 3 attempts: under 8 sessions on a young
 -- 1,200-GPU pack pool about one request in ten failed with CAPACITY_CONFLICT while most of it was free.
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+SET LOCAL check_function_bodies = off;
+
 CREATE OR REPLACE FUNCTION compute.place(p_pool_id uuid, p_shape text, p_count integer, p_during tstzrange, p_same_node boolean DEFAULT false)
-RETURNS uuid[]
-LANGUAGE plpgsql
-AS $$
+ RETURNS uuid[]
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the chosen devices, FOR UPDATE SKIP LOCKED, in device_id order within each choice. A
 -- later choice may lock devices ordered before those already held, but never waits for one, so it
 -- cannot deadlock with placements (which never wait) nor with the waiting lockers (extend, layout
@@ -72,8 +75,6 @@ BEGIN
         pg_catalog.format('cannot place %s x %s in pool %s during %s', p_count, p_shape, p_pool_id, p_during),
         compute.place_shortfall(p_pool_id, p_shape, p_count, p_during, p_same_node));
 END
-$$;
-COMMENT ON FUNCTION compute.place(uuid, text, integer, tstzrange, boolean) IS
-    'Choose and lock atoms for a request (see the file header); CAPACITY_CONFLICT with the reason in the HINT.';
+$function$;
 
 COMMIT;

@@ -3,16 +3,20 @@
 -- action, resource, reason) and answers {"error": …} instead of raising, which would roll the audit
 -- back; on allow it answers {"data": …}, like api.admit. ops.call unwraps it. Allowed reads are not
 -- audited (docs/api.md says what is).
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+SET LOCAL check_function_bodies = off;
+
 CREATE OR REPLACE FUNCTION api.read(p_method text, p_tenant_id uuid, p_input jsonb, p_decision jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = ''
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 -- Answers {data} or {error} like api.admit: a deny must commit, with its audit event. Allowed reads
 -- are not audited (their volume; docs/api.md says what is).
 DECLARE
@@ -32,14 +36,16 @@ BEGIN
     EXECUTE pg_catalog.format('SELECT %s($1, $2)', v_method.function::regproc) INTO v_result USING p_tenant_id, p_input;
     RETURN pg_catalog.jsonb_build_object('data', v_result);
 END
-$$;
-COMMENT ON FUNCTION api.read(text, uuid, jsonb, jsonb) IS 'A read method after its decision, scoped to the tenant: {data} on allow; on deny audits it and answers {error} (ACCESS_DENIED).';
+$function$;
+
+COMMENT ON FUNCTION api.read(text,uuid,jsonb,jsonb) IS 'A read method after its decision, scoped to the tenant: {data} on allow; on deny audits it and answers {error} (ACCESS_DENIED).';
 
 CREATE OR REPLACE FUNCTION ops.call(p_method text, p_input jsonb, p_reason text)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = ''
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 DECLARE
     v_method    api.methods := compute.method_get(p_method);
     v_tenant_id uuid;
@@ -69,7 +75,6 @@ BEGIN
     END IF;
     RETURN v_answer -> 'data';
 END
-$$;
-COMMENT ON FUNCTION ops.call(text, jsonb, text) IS 'Break-glass: run any catalog method as the database role (input names tenant_id), audited with the reason.';
+$function$;
 
 COMMIT;

@@ -2,15 +2,19 @@
 -- compute.reserve: an idempotent retry is answered before the window is checked against now; the
 -- idempotency key has 1 to 200 characters (INVALID_ARGUMENT, not the table's 23514); another tenant's
 -- pool is NOT_FOUND; an exclusion violation or deadlock lost to a concurrent booking is CAPACITY_CONFLICT.
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+SET LOCAL check_function_bodies = off;
+
 CREATE OR REPLACE FUNCTION compute.reservation_replay(p_tenant_id uuid, p_key text, p_hash text)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 DECLARE
     v_existing compute.reservations;
 BEGIN
@@ -30,13 +34,14 @@ BEGIN
     END IF;
     RETURN compute.reservation_document(v_existing.reservation_id);
 END
-$$;
-COMMENT ON FUNCTION compute.reservation_replay(uuid, text, text) IS 'The reservation a tenant''s idempotency key names (NULL: none); IDEMPOTENCY_MISMATCH for another request.';
+$function$;
+
+COMMENT ON FUNCTION compute.reservation_replay(uuid,text,text) IS 'The reservation a tenant''s idempotency key names (NULL: none); IDEMPOTENCY_MISMATCH for another request.';
 
 CREATE OR REPLACE FUNCTION compute.reserve(p_request jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the idempotency key (unique index), quota rows, devices (SKIP LOCKED, in compute.place).
 DECLARE
     v_now        timestamptz := compute.compute_now();
@@ -161,7 +166,6 @@ BEGIN
     PERFORM compute.quota_check(v_tenant_id, v_project_id, v_pool.pool_id, v_during, v_count, v_fraction, v_id);
     RETURN compute.reservation_document(v_id);
 END
-$$;
-COMMENT ON FUNCTION compute.reserve(jsonb) IS 'Place and book a reservation request (DESIGN §17) as provisional; replays by idempotency key.';
+$function$;
 
 COMMIT;

@@ -1,16 +1,34 @@
 -- Revert better_compute:admission_bounds from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
-DROP FUNCTION api.prepare(text, uuid, jsonb, text);
+DELETE FROM compute.limits WHERE name IN ('admissions_pending_per_tenant', 'admissions_pending_per_credential');
+
+SET LOCAL check_function_bodies = off;
+
+DROP FUNCTION api.prepare(text,uuid,jsonb,text);
+
+DROP FUNCTION compute.admission_slot(uuid,text);
+
+DROP FUNCTION compute.admission_slot_held(uuid,text,integer);
+
+DROP FUNCTION compute.api_reservations_extend_check(uuid,text,jsonb);
+
+DROP FUNCTION compute.api_reservations_renew_check(uuid,text,jsonb);
+
+DROP FUNCTION compute.reservation_extend_check(compute.reservations,timestamp with time zone,timestamp with time zone);
+
+DROP FUNCTION compute.reservation_renew_check(compute.reservations);
 
 CREATE OR REPLACE FUNCTION api.prepare(p_method text, p_tenant_id uuid, p_input jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = ''
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 DECLARE
     v_now         timestamptz := compute.compute_now();
     v_method      api.methods;
@@ -82,20 +100,14 @@ BEGIN
     RETURN pg_catalog.jsonb_build_object('admission_id', v_admission,
         'iam', compute.iam_request(p_tenant_id, v_method, v_resource_id, v_attributes));
 END
-$$;
-COMMENT ON FUNCTION api.prepare(text, uuid, jsonb) IS 'Step 1 of admission: validate, write the admission (and provisional rows), answer the IAM request.';
+$function$;
 
-DROP FUNCTION compute.admission_slot(uuid, text);
-DROP FUNCTION compute.admission_slot_held(uuid, text, integer);
-
-ALTER TABLE api.methods DROP COLUMN check_function;
-DROP FUNCTION compute.api_reservations_extend_check(uuid, text, jsonb);
-DROP FUNCTION compute.api_reservations_renew_check(uuid, text, jsonb);
+COMMENT ON FUNCTION api.prepare(text,uuid,jsonb) IS 'Step 1 of admission: validate, write the admission (and provisional rows), answer the IAM request.';
 
 CREATE OR REPLACE FUNCTION compute.api_reservations_extend(p_tenant_id uuid, p_resource_id text, p_input jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
 DECLARE
     v_expected    timestamptz := compute.request_timestamp(p_input, 'expected_end', false);
     v_reservation compute.reservations;
@@ -112,13 +124,12 @@ BEGIN
     END IF;
     RETURN compute.reservation_extend(p_resource_id::uuid, compute.request_timestamp(p_input, 'end', true));
 END
-$$;
-COMMENT ON FUNCTION compute.api_reservations_extend(uuid, text, jsonb) IS 'reservations.extend (compare-and-set with expected_end)';
+$function$;
 
-CREATE OR REPLACE FUNCTION compute.reservation_extend(p_reservation_id uuid, p_new_end timestamptz)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
+CREATE OR REPLACE FUNCTION compute.reservation_extend(p_reservation_id uuid, p_new_end timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the reservation row, quota rows, devices (FOR UPDATE, device_id order).
 DECLARE
     v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
@@ -173,13 +184,12 @@ BEGIN
     UPDATE compute.reservations SET during = v_during WHERE reservation_id = p_reservation_id;
     RETURN compute.reservation_document(p_reservation_id);
 END
-$$;
-COMMENT ON FUNCTION compute.reservation_extend(uuid, timestamptz) IS 'Move a live reservation''s end; CAPACITY_CONFLICT or QUOTA_EXCEEDED when the longer window does not fit.';
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.reservation_renew(p_reservation_id uuid)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
 DECLARE
     v_reservation compute.reservations := compute.reservation_lock(p_reservation_id);
 BEGIN
@@ -201,16 +211,14 @@ BEGIN
      WHERE reservation_id = p_reservation_id;
     RETURN compute.reservation_document(p_reservation_id);
 END
-$$;
-COMMENT ON FUNCTION compute.reservation_renew(uuid) IS 'Renew a reservation''s lease: hold_until = now + hold_seconds.';
+$function$;
 
-DROP FUNCTION compute.reservation_extend_check(compute.reservations, timestamptz, timestamptz);
-DROP FUNCTION compute.reservation_renew_check(compute.reservations);
+ALTER TABLE api.methods DROP COLUMN check_function;
 
 DROP INDEX compute.admissions_pending_tenant_slot;
-DROP INDEX compute.admissions_pending_credential_slot;
-ALTER TABLE compute.admissions DROP COLUMN credential_sha256, DROP COLUMN tenant_slot, DROP COLUMN credential_slot;
 
-DELETE FROM compute.limits WHERE name IN ('admissions_pending_per_tenant', 'admissions_pending_per_credential');
+DROP INDEX compute.admissions_pending_credential_slot;
+
+ALTER TABLE compute.admissions DROP COLUMN credential_sha256, DROP COLUMN tenant_slot, DROP COLUMN credential_slot;
 
 COMMIT;

@@ -1,29 +1,39 @@
 -- Revert better_compute:api_schema_pieces from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
--- The rows again with every piece and limit written out (a bound takes the limit's value now: with
--- the seed values, exactly the previous rows).
 UPDATE api.methods AS m
    SET input_schema = pg_catalog.jsonb_set(m.input_schema, '{properties}', coalesce((
        SELECT pg_catalog.jsonb_object_agg(f.key, f.value - 'x-limit')
          FROM pg_catalog.jsonb_each(compute.schema_resolve(m.input_schema) -> 'properties') AS f), '{}'));
 
+COMMENT ON TABLE compute.api_schema_pieces IS NULL;
+
+SET LOCAL check_function_bodies = off;
+
+DROP FUNCTION compute.schema_marker_unknown(text,text);
+
+DROP FUNCTION compute.schema_resolve(jsonb);
+
 CREATE OR REPLACE FUNCTION api.catalog()
-RETURNS TABLE (method text, action text, resource_type text, kind text, summary text, input_schema jsonb)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = ''
-AS $$
+ RETURNS TABLE(method text, action text, resource_type text, kind text, summary text, input_schema jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
     SELECT m.method, m.action, m.resource_type, m.kind, m.summary, m.input_schema FROM api.methods AS m ORDER BY m.method;
-$$;
+$function$;
+
 COMMENT ON FUNCTION api.catalog() IS 'The method catalog as the relay and the CLI read it.';
 
 CREATE OR REPLACE FUNCTION compute.input_check(p_schema jsonb, p_input jsonb)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
 -- The database's own check of an input against the catalog's input_schema: the relay checks the
 -- same document first with a full JSON Schema validator, ops.call comes here directly, and the
 -- rule lives in one place (the catalog row). An object, no unknown field, every required one, and
@@ -66,11 +76,10 @@ BEGIN
         END IF;
     END LOOP;
 END
-$$;
-COMMENT ON FUNCTION compute.input_check(jsonb, jsonb) IS 'INVALID_ARGUMENT unless the input conforms to a method''s input_schema (null fields count as absent).';
+$function$;
 
-DROP FUNCTION compute.schema_resolve(jsonb);
-DROP FUNCTION compute.schema_marker_unknown(text, text);
+COMMENT ON TABLE compute.api_schema_pieces IS NULL;
+
 DROP TABLE compute.api_schema_pieces;
 
 COMMIT;

@@ -1,88 +1,16 @@
 -- Revert better_compute:layout_change_calls_off_later_ones from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
-CREATE OR REPLACE FUNCTION compute.layout_atoms(p_device_id uuid, p_layout text)
-RETURNS TABLE (kind text, profile text, placement integer, slot integer, slot_count integer,
-               slices int4range, shares int4range, gpu_fraction numeric)
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    v_device    compute.devices;
-    v_slots     integer;
-    v_item      text;
-    v_profile   jsonb;
-    v_name      text;
-    v_placement integer;
-    v_size      integer;
-    v_taken     int4range[] := '{}';
-BEGIN
-    SELECT * INTO v_device FROM compute.devices AS d WHERE d.device_id = p_device_id;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no device %s', p_device_id), 'List devices in ops.atom_holders.');
-    END IF;
+SET LOCAL check_function_bodies = off;
 
-    -- whole: one atom, the GPU.
-    IF p_layout = 'whole' THEN
-        RETURN QUERY SELECT 'gpu'::text, NULL::text, NULL::integer, NULL::integer, NULL::integer,
-                            int4range(0, 8), int4range(0, NULL), 1::numeric;
-        RETURN;
-    END IF;
-
-    -- timeslice:N: N slots sharing the whole GPU.
-    IF p_layout ~ '^timeslice:[0-9]{1,4}$' THEN
-        v_slots := pg_catalog.split_part(p_layout, ':', 2)::integer;
-        IF v_slots < 2 OR v_slots > compute.limit('timeslice_slots') THEN
-            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('timeslice:%s is out of range', v_slots),
-                pg_catalog.format('Use 2 to %s slots (limit timeslice_slots).', compute.limit('timeslice_slots')));
-        END IF;
-        RETURN QUERY SELECT 'slot'::text, NULL::text, NULL::integer, k, v_slots, int4range(0, 8), int4range(k, k + 1),
-                            1::numeric / v_slots
-                       FROM pg_catalog.generate_series(0, v_slots - 1) AS k;
-        RETURN;
-    END IF;
-
-    -- mig:profile@placement,...: instances the GPU reports as legal, not overlapping.
-    IF p_layout !~ '^mig:[^@,]+@[0-9]+(,[^@,]+@[0-9]+)*$' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid layout %L', p_layout),
-            'Use whole, timeslice:N, or mig:PROFILE@PLACEMENT[,PROFILE@PLACEMENT...], e.g. mig:3g.71gb@0,3g.71gb@4.');
-    END IF;
-    IF NOT v_device.mig_supported THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('GPU %s does not support MIG', v_device.uuid),
-            'Use whole or timeslice:N on this GPU.');
-    END IF;
-    FOREACH v_item IN ARRAY pg_catalog.string_to_array(pg_catalog.substr(p_layout, 5), ',') LOOP
-        v_name := pg_catalog.split_part(v_item, '@', 1);
-        v_placement := pg_catalog.split_part(v_item, '@', 2)::integer;
-        SELECT p INTO v_profile FROM pg_catalog.jsonb_array_elements(v_device.mig_profiles) AS p WHERE p ->> 'name' = v_name;
-        IF v_profile IS NULL THEN
-            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('GPU %s has no MIG profile %L', v_device.uuid, v_name),
-                pg_catalog.format('Profiles of this GPU: %s.', (SELECT pg_catalog.string_agg(p ->> 'name', ', ')
-                                                                  FROM pg_catalog.jsonb_array_elements(v_device.mig_profiles) AS p)));
-        END IF;
-        IF NOT v_profile -> 'placements' @> pg_catalog.to_jsonb(v_placement) THEN
-            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s cannot be placed at %s', v_name, v_placement),
-                pg_catalog.format('Legal placements of %s: %s.', v_name, v_profile -> 'placements'));
-        END IF;
-        v_size := (v_profile ->> 'slices')::integer;
-        IF EXISTS (SELECT 1 FROM pg_catalog.unnest(v_taken) AS t WHERE t && int4range(v_placement, v_placement + v_size)) THEN
-            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s@%s overlaps another instance', v_name, v_placement),
-                'MIG instances of one GPU must use disjoint memory slices.');
-        END IF;
-        v_taken := v_taken || int4range(v_placement, v_placement + v_size);
-        RETURN QUERY SELECT 'mig'::text, v_name, v_placement, NULL::integer, NULL::integer,
-                            int4range(v_placement, v_placement + v_size), int4range(0, NULL), v_size / 8.0;
-    END LOOP;
-END
-$$;
-COMMENT ON FUNCTION compute.layout_atoms(uuid, text) IS 'The atoms a layout gives a device; INVALID_ARGUMENT for a layout the GPU cannot take.';
-
-CREATE OR REPLACE FUNCTION compute.device_set_layout(p_device_id uuid, p_layout text, p_at timestamptz DEFAULT NULL)
-RETURNS integer
-LANGUAGE plpgsql
-AS $$
+CREATE OR REPLACE FUNCTION compute.device_set_layout(p_device_id uuid, p_layout text, p_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the device row (FOR UPDATE) first, as placement and extension do; then its atoms.
 DECLARE
     v_at       timestamptz := coalesce(p_at, compute.compute_now());
@@ -176,8 +104,82 @@ BEGIN
     UPDATE compute.devices SET layout = p_layout, layout_since = v_at WHERE device_id = p_device_id;
     RETURN v_changed;
 END
-$$;
-COMMENT ON FUNCTION compute.device_set_layout(uuid, text, timestamptz) IS
-    'Change a GPU''s layout now or at a future time; CAPACITY_CONFLICT (blocking reservations in the HINT) when booked atoms would go away.';
+$function$;
+
+COMMENT ON FUNCTION compute.device_set_layout(uuid,text,timestamp with time zone) IS 'Change a GPU''s layout now or at a future time; CAPACITY_CONFLICT (blocking reservations in the HINT) when booked atoms would go away.';
+
+CREATE OR REPLACE FUNCTION compute.layout_atoms(p_device_id uuid, p_layout text)
+ RETURNS TABLE(kind text, profile text, placement integer, slot integer, slot_count integer, slices int4range, shares int4range, gpu_fraction numeric)
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+    v_device    compute.devices;
+    v_slots     integer;
+    v_item      text;
+    v_profile   jsonb;
+    v_name      text;
+    v_placement integer;
+    v_size      integer;
+    v_taken     int4range[] := '{}';
+BEGIN
+    SELECT * INTO v_device FROM compute.devices AS d WHERE d.device_id = p_device_id;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no device %s', p_device_id), 'List devices in ops.atom_holders.');
+    END IF;
+
+    -- whole: one atom, the GPU.
+    IF p_layout = 'whole' THEN
+        RETURN QUERY SELECT 'gpu'::text, NULL::text, NULL::integer, NULL::integer, NULL::integer,
+                            int4range(0, 8), int4range(0, NULL), 1::numeric;
+        RETURN;
+    END IF;
+
+    -- timeslice:N: N slots sharing the whole GPU.
+    IF p_layout ~ '^timeslice:[0-9]{1,4}$' THEN
+        v_slots := pg_catalog.split_part(p_layout, ':', 2)::integer;
+        IF v_slots < 2 OR v_slots > compute.limit('timeslice_slots') THEN
+            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('timeslice:%s is out of range', v_slots),
+                pg_catalog.format('Use 2 to %s slots (limit timeslice_slots).', compute.limit('timeslice_slots')));
+        END IF;
+        RETURN QUERY SELECT 'slot'::text, NULL::text, NULL::integer, k, v_slots, int4range(0, 8), int4range(k, k + 1),
+                            1::numeric / v_slots
+                       FROM pg_catalog.generate_series(0, v_slots - 1) AS k;
+        RETURN;
+    END IF;
+
+    -- mig:profile@placement,...: instances the GPU reports as legal, not overlapping.
+    IF p_layout !~ '^mig:[^@,]+@[0-9]+(,[^@,]+@[0-9]+)*$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid layout %L', p_layout),
+            'Use whole, timeslice:N, or mig:PROFILE@PLACEMENT[,PROFILE@PLACEMENT...], e.g. mig:3g.71gb@0,3g.71gb@4.');
+    END IF;
+    IF NOT v_device.mig_supported THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('GPU %s does not support MIG', v_device.uuid),
+            'Use whole or timeslice:N on this GPU.');
+    END IF;
+    FOREACH v_item IN ARRAY pg_catalog.string_to_array(pg_catalog.substr(p_layout, 5), ',') LOOP
+        v_name := pg_catalog.split_part(v_item, '@', 1);
+        v_placement := pg_catalog.split_part(v_item, '@', 2)::integer;
+        SELECT p INTO v_profile FROM pg_catalog.jsonb_array_elements(v_device.mig_profiles) AS p WHERE p ->> 'name' = v_name;
+        IF v_profile IS NULL THEN
+            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('GPU %s has no MIG profile %L', v_device.uuid, v_name),
+                pg_catalog.format('Profiles of this GPU: %s.', (SELECT pg_catalog.string_agg(p ->> 'name', ', ')
+                                                                  FROM pg_catalog.jsonb_array_elements(v_device.mig_profiles) AS p)));
+        END IF;
+        IF NOT v_profile -> 'placements' @> pg_catalog.to_jsonb(v_placement) THEN
+            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s cannot be placed at %s', v_name, v_placement),
+                pg_catalog.format('Legal placements of %s: %s.', v_name, v_profile -> 'placements'));
+        END IF;
+        v_size := (v_profile ->> 'slices')::integer;
+        IF EXISTS (SELECT 1 FROM pg_catalog.unnest(v_taken) AS t WHERE t && int4range(v_placement, v_placement + v_size)) THEN
+            PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s@%s overlaps another instance', v_name, v_placement),
+                'MIG instances of one GPU must use disjoint memory slices.');
+        END IF;
+        v_taken := v_taken || int4range(v_placement, v_placement + v_size);
+        RETURN QUERY SELECT 'mig'::text, v_name, v_placement, NULL::integer, NULL::integer,
+                            int4range(v_placement, v_placement + v_size), int4range(0, NULL), v_size / 8.0;
+    END LOOP;
+END
+$function$;
 
 COMMIT;

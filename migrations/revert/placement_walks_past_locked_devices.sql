@@ -1,13 +1,16 @@
 -- Revert better_compute:placement_walks_past_locked_devices from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+SET LOCAL check_function_bodies = off;
+
 CREATE OR REPLACE FUNCTION compute.place(p_pool_id uuid, p_shape text, p_count integer, p_during tstzrange, p_same_node boolean DEFAULT false)
-RETURNS uuid[]
-LANGUAGE plpgsql
-AS $$
+ RETURNS uuid[]
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the chosen devices, FOR UPDATE SKIP LOCKED, in device_id order (never waits).
 DECLARE
     v_pack       boolean;
@@ -47,8 +50,6 @@ BEGIN
         pg_catalog.format('cannot place %s x %s in pool %s during %s', p_count, p_shape, p_pool_id, p_during),
         compute.place_shortfall(p_pool_id, p_shape, p_count, p_during, p_same_node));
 END
-$$;
-COMMENT ON FUNCTION compute.place(uuid, text, integer, tstzrange, boolean) IS
-    'Choose and lock atoms for a request (see the file header); CAPACITY_CONFLICT with the reason in the HINT.';
+$function$;
 
 COMMIT;

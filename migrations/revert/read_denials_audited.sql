@@ -1,14 +1,18 @@
 -- Revert better_compute:read_denials_audited from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+SET LOCAL check_function_bodies = off;
+
 CREATE OR REPLACE FUNCTION api.read(p_method text, p_tenant_id uuid, p_input jsonb, p_decision jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = ''
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 DECLARE
     v_method api.methods := compute.method_get(p_method);
     v_result jsonb;
@@ -24,14 +28,16 @@ BEGIN
     EXECUTE pg_catalog.format('SELECT %s($1, $2)', v_method.function::regproc) INTO v_result USING p_tenant_id, p_input;
     RETURN v_result;
 END
-$$;
-COMMENT ON FUNCTION api.read(text, uuid, jsonb, jsonb) IS 'A read method after its allow (ACCESS_DENIED otherwise), scoped to the tenant.';
+$function$;
+
+COMMENT ON FUNCTION api.read(text,uuid,jsonb,jsonb) IS 'A read method after its allow (ACCESS_DENIED otherwise), scoped to the tenant.';
 
 CREATE OR REPLACE FUNCTION ops.call(p_method text, p_input jsonb, p_reason text)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = ''
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 DECLARE
     v_method    api.methods := compute.method_get(p_method);
     v_tenant_id uuid;
@@ -60,7 +66,6 @@ BEGIN
     END IF;
     RETURN v_answer -> 'data';
 END
-$$;
-COMMENT ON FUNCTION ops.call(text, jsonb, text) IS 'Break-glass: run any catalog method as the database role (input names tenant_id), audited with the reason.';
+$function$;
 
 COMMIT;

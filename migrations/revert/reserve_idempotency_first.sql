@@ -1,13 +1,18 @@
 -- Revert better_compute:reserve_idempotency_first from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
+SET LOCAL check_function_bodies = off;
+
+DROP FUNCTION compute.reservation_replay(uuid,text,text);
+
 CREATE OR REPLACE FUNCTION compute.reserve(p_request jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the idempotency key (unique index), quota rows, devices (SKIP LOCKED, in compute.place).
 DECLARE
     v_now        timestamptz := compute.compute_now();
@@ -114,9 +119,6 @@ BEGIN
     PERFORM compute.quota_check(v_tenant_id, v_project_id, v_pool.pool_id, v_during, v_count, v_fraction, v_id);
     RETURN compute.reservation_document(v_id);
 END
-$$;
-COMMENT ON FUNCTION compute.reserve(jsonb) IS 'Place and book a reservation request (DESIGN §17) as provisional; replays by idempotency key.';
-
-DROP FUNCTION compute.reservation_replay(uuid, text, text);
+$function$;
 
 COMMIT;

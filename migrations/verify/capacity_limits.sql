@@ -1,4 +1,4 @@
--- Verify better_compute:capacity_limits on pg
+-- Verify better_compute:capacity_limits on pg (reworked after @v0.3.0: supersedes verify/capacity_limits@v0.3.0.sql)
 
 BEGIN;
 

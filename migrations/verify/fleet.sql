@@ -1,4 +1,4 @@
--- Verify better_compute:fleet on pg
+-- Verify better_compute:fleet on pg (reworked after @v0.3.0: supersedes verify/fleet@v0.3.0.sql)
 
 BEGIN;
 

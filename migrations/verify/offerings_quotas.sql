@@ -1,4 +1,4 @@
--- Verify better_compute:offerings_quotas on pg
+-- Verify better_compute:offerings_quotas on pg (reworked after @v0.3.0: supersedes verify/offerings_quotas@v0.3.0.sql)
 
 BEGIN;
 

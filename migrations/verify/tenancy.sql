@@ -1,4 +1,4 @@
--- Verify better_compute:tenancy on pg
+-- Verify better_compute:tenancy on pg (reworked after @v0.3.0: supersedes verify/tenancy@v0.3.0.sql)
 
 BEGIN;
 

@@ -13,7 +13,7 @@ SELECT results_eq(
              ('GENERATION_CONFLICT', 'BC412', 409), ('IDEMPOTENCY_MISMATCH', 'BC422', 422),
              ('INVALID_ARGUMENT', 'BC400', 400), ('NOT_FOUND', 'BC404', 404), ('QUOTA_EXCEEDED', 'BC429', 429),
              ('UNSUPPORTED', 'BC501', 501)$$,
-    'the contract is the table of DESIGN §13, with ALREADY_EXISTS (docs/api.md)');
+    'the contract is the table of docs/architecture.md §13, with ALREADY_EXISTS (docs/api.md)');
 
 CREATE FUNCTION pg_temp.hint_of(p_code text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE

@@ -1,4 +1,4 @@
--- The five roles of DESIGN §3 and bc_site_agent (site agents, sql/700) exist, cannot log in, and are not superusers.
+-- The five roles of docs/architecture.md §3 and bc_site_agent (site agents, sql/700) exist, cannot log in, and are not superusers.
 BEGIN;
 SELECT plan(18);
 

@@ -1,4 +1,4 @@
-"""`better-compute serve all` (DESIGN §2): the API relay, the node gateway and the worker in one
+"""`better-compute serve all` (docs/architecture.md §2): the API relay, the node gateway and the worker in one
 process, for a single machine. The relay and the gateway share one event loop; the worker runs its
 own threads. Each keeps its own pool and role (bc_api, bc_gateway, bc_worker), as when apart.
 

@@ -1,4 +1,4 @@
-"""Audit checkpoints (DESIGN §10): sign each closed tenant-hour's Merkle root, verify offline.
+"""Audit checkpoints (docs/architecture.md §10): sign each closed tenant-hour's Merkle root, verify offline.
 
 The tree is the one sql/440_audit.sql builds (RFC 6962 style): leaf = sha256(0x00 || event text),
 node = sha256(0x01 || left || right), leaves in event_id order, an odd node at the end of a level

@@ -1,4 +1,4 @@
-"""The error contract's Python side (DESIGN §13): SQLSTATE -> stable code and HTTP status.
+"""The error contract's Python side (docs/architecture.md §13): SQLSTATE -> stable code and HTTP status.
 
 SQL raises contract codes through compute.raise_error; their SQLSTATEs, codes and HTTP statuses are
 the rows of compute.error_codes, the one place they are written. A process reads them when it opens

@@ -3,9 +3,13 @@
 Every file must parse, function bodies included (rule `parse`). Schema files (under `sql/` and
 `migrations/deploy/`) must also follow the project's conventions:
 
-* `errcode`: every RAISE EXCEPTION in PL/pgSQL carries an SQLSTATE (DESIGN §13, error contract);
+* `errcode`: every RAISE EXCEPTION in PL/pgSQL carries an SQLSTATE (docs/architecture.md §13, error contract);
 * `definer-search-path`: every SECURITY DEFINER function pins its search_path;
 * `clock`: business time only comes from compute.compute_now() (P9, one clock).
+
+The declarative schema (`sql/`) also names every constraint it declares (rule `constraint-name`:
+`CONSTRAINT reservations_provisional_has_expiry CHECK …`), so that no migration depends on a name
+PostgreSQL generated.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ PARSE_MODE_EXPRESSION = 2  # an expression, parsed by PostgreSQL as SELECT <expr
 # Other modes (3-5) are assignments: `target := expr`.
 
 COMMENT_TOKENS = frozenset({"SQL_COMMENT", "C_COMMENT"})
+NAMED_CONSTRAINT_TYPES = frozenset({"CONSTR_CHECK", "CONSTR_PRIMARY", "CONSTR_UNIQUE", "CONSTR_EXCLUSION", "CONSTR_FOREIGN"})
+DECLARATIVE_DIR = "sql"
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,31 @@ def has_schema_rules(path: pathlib.Path) -> bool:
         if part in PARSE_ONLY_DIRS:
             return False
     return False
+
+
+def is_declarative(path: pathlib.Path) -> bool:
+    """Whether `path` is in the declarative schema (`sql/`), whose constraints carry names."""
+    return path.resolve().parent.name == DECLARATIVE_DIR
+
+
+def unnamed_constraints(kind: str, fields: dict[str, Any]) -> Iterator[str]:
+    """The types of the constraints a CREATE TABLE or ALTER TABLE declares without a name."""
+    constraints: list[dict[str, Any]] = []
+    if kind == "CreateStmt":
+        for element in fields.get("tableElts", []):
+            element_kind, element_fields = only_node(element)
+            if element_kind == "ColumnDef":
+                constraints += [only_node(c)[1] for c in element_fields.get("constraints", [])]
+            elif element_kind == "Constraint":
+                constraints.append(element_fields)
+    elif kind == "AlterTableStmt":
+        for command in fields.get("cmds", []):
+            definition = only_node(command)[1].get("def")
+            if definition and only_node(definition)[0] == "Constraint":
+                constraints.append(only_node(definition)[1])
+    for constraint in constraints:
+        if constraint["contype"] in NAMED_CONSTRAINT_TYPES and not constraint.get("conname"):
+            yield constraint["contype"].removeprefix("CONSTR_")
 
 
 def def_elems(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -259,11 +290,12 @@ def do_block_as_function(body: str) -> str:
 class FileLinter:
     """Lints the text of one file; findings accumulate in `findings`."""
 
-    def __init__(self, sql: str, path: str, *, schema_rules: bool) -> None:
+    def __init__(self, sql: str, path: str, *, schema_rules: bool, naming_rules: bool = False) -> None:
         plain = strip_meta_commands(sql)
         self.source = Source(plain if schema_rules else replace_psql_variables(plain))
         self.path = path
         self.schema_rules = schema_rules
+        self.naming_rules = naming_rules
         self.findings: list[Finding] = []
 
     def report(self, line: int, rule: str, message: str) -> None:
@@ -313,6 +345,9 @@ class FileLinter:
             self.lint_do_block(fields, line)
         elif kind == "AlterFunctionStmt" and self.schema_rules:
             self.check_definer_search_path(fields["actions"], line)
+        if self.naming_rules:
+            for constraint in unnamed_constraints(kind, fields):
+                self.report(line, "constraint-name", f"a {constraint} constraint without a name: write CONSTRAINT <name> before it")
 
     def body(self, options: list[dict[str, Any]], default_language: str) -> Body | None:
         """The body of a function or DO block, unless it is an object file (LANGUAGE c)."""
@@ -417,9 +452,10 @@ class FileLinter:
             )
 
 
-def lint_text(sql: str, path: str, *, schema_rules: bool) -> list[Finding]:
-    """Lint the SQL text of one file; `schema_rules` adds errcode, definer-search-path, clock."""
-    return FileLinter(sql, path, schema_rules=schema_rules).lint()
+def lint_text(sql: str, path: str, *, schema_rules: bool, naming_rules: bool = False) -> list[Finding]:
+    """Lint the SQL text of one file; `schema_rules` adds errcode, definer-search-path, clock;
+    `naming_rules` constraint-name."""
+    return FileLinter(sql, path, schema_rules=schema_rules, naming_rules=naming_rules).lint()
 
 
 def sql_files(paths: list[pathlib.Path]) -> list[pathlib.Path]:
@@ -438,7 +474,7 @@ def lint_paths(paths: list[pathlib.Path]) -> list[Finding]:
     findings: list[Finding] = []
     for file in sql_files(paths):
         sql = file.read_text(encoding="utf-8")
-        findings += lint_text(sql, str(file), schema_rules=has_schema_rules(file))
+        findings += lint_text(sql, str(file), schema_rules=has_schema_rules(file), naming_rules=is_declarative(file))
     return findings
 
 

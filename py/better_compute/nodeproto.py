@@ -194,7 +194,7 @@ class Certificate:
 
 @dataclass(frozen=True)
 class Error:
-    """Either side: a contract code (DESIGN §13), a message and a hint."""
+    """Either side: a contract code (docs/architecture.md §13), a message and a hint."""
 
     TYPE: ClassVar[str] = "error"
     LIMIT: ClassVar[int] = PEM_BYTES

@@ -1,4 +1,4 @@
-"""Webhook signing and sending (DESIGN §9): HMAC-SHA256 over `timestamp.body`, one POST per attempt.
+"""Webhook signing and sending (docs/architecture.md §9): HMAC-SHA256 over `timestamp.body`, one POST per attempt.
 
 The body is the delivery's JSON, compact. Headers:
   Content-Type: application/json

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from better_compute import migrate
+from better_compute import changegen, migrate
 
 app = typer.Typer(no_args_is_help=True, help="Migrations (the Sqitch project in migrations/, run by yoyo).")
 
@@ -63,3 +63,42 @@ def lock_command() -> None:
         typer.echo(str(error), err=True)
         raise typer.Exit(1) from error
     typer.echo(f"locked: {', '.join(added)}" if added else "every released change is locked already")
+
+
+@app.command("change")
+def change_command(
+    name: Annotated[str, typer.Argument(help="The new change's name: what it does.")],
+    note: Annotated[str, typer.Option(help="The plan's note for it.")],
+    requires: Annotated[list[str] | None, typer.Option(
+        help="A change it needs (repeat the option); default: the latest change that defines each object it alters.")] = None,
+    partial: Annotated[bool, typer.Option(help="Write it even when some differences must be added by hand.")] = False,
+) -> None:
+    """After editing sql/: append a change to the plan whose deploy and revert scripts the tool writes
+    from the difference between sql/ and the plan (functions, views, comments, renamed constraints).
+    Exits 1, writing nothing, when something else differs (unless --partial) or nothing does."""
+    generated = changegen.generate()
+    for what in generated.by_hand:
+        typer.echo(f"by hand: {what}", err=True)
+    if not generated.deploy and not generated.by_hand:
+        typer.echo("sql/ and the plan build the same catalog: nothing to write", err=True)
+        raise typer.Exit(1)
+    if generated.by_hand and not partial:
+        typer.echo("nothing written: add those by hand (or write the change with --partial, then add them)", err=True)
+        raise typer.Exit(1)
+    needed = requires if requires else changegen.prerequisites(generated.objects)
+    for path in changegen.write_change(name, note, needed, generated):
+        typer.echo(f"wrote {path.relative_to(migrate.PROJECT_ROOT)}")
+
+
+@app.command("regenerate")
+def regenerate_command(name: Annotated[str, typer.Argument(help="An unreleased change written by hand.")]) -> None:
+    """Write an unreleased change's deploy and revert scripts again with the tool, from the catalogs
+    before and after it (same catalog, no hand-copied bodies). Exits 1, changing nothing, for a
+    released change or one that does more than the tool writes (tables, rows, DO blocks)."""
+    try:
+        generated = changegen.regenerate(name)
+    except migrate.PlanError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from error
+    for path in changegen.rewrite_change(name, generated):
+        typer.echo(f"wrote {path.relative_to(migrate.PROJECT_ROOT)}")

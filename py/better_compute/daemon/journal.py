@@ -2,7 +2,7 @@
 
 Commands come with an id and may be delivered more than once (a lost acknowledgement, a new
 session); the journal lets the daemon answer a repeat with the first result instead of rebooting
-twice (DESIGN §8). It must outlive the process, so each executed command is appended to a JSON-lines
+twice (docs/architecture.md §8). It must outlive the process, so each executed command is appended to a JSON-lines
 file and flushed to disk before its result is reported. A crash can leave the last line half
 written: that line never finished, so it is dropped, not fatal. The file is bounded: past `bound`
 lines it is rewritten with the newest `bound` commands, and a command older than those is

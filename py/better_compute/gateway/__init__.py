@@ -1,4 +1,4 @@
-"""The node gateway (`better-compute serve gateway`, DESIGN §2, §8, §11; docs/nodes.md).
+"""The node gateway (`better-compute serve gateway`, docs/architecture.md §2, §8, §11; docs/nodes.md).
 
 Nodes dial out (P5) to a gateway over one WebSocket with TLS: `/join` (a join token, a CSR and a
 signed inventory: the node gets its SVID) and `/session` (mutual TLS with the SVID: heartbeats,

@@ -1,5 +1,5 @@
 """One node's WebSocket as protocol messages: decode what comes in, encode what goes out, answer
-refusals as `error` messages (DESIGN §13 codes), count both ways."""
+refusals as `error` messages (docs/architecture.md §13 codes), count both ways."""
 
 from __future__ import annotations
 

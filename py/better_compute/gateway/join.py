@@ -1,5 +1,5 @@
 """Path /join: a node with a join token becomes a member of the token's pool and gets its SVID
-(DESIGN §11, docs/nodes.md).
+(docs/architecture.md §11, docs/nodes.md).
 
 The node has no certificate yet, so this is the one path without a client certificate. What it
 proves instead: it holds the key of its CSR (the CSR's own signature, and the inventory envelope

@@ -1,6 +1,6 @@
-"""Prometheus metrics of the gateway (DESIGN §15), served at GET /metrics on the gateway's port.
+"""Prometheus metrics of the gateway (docs/architecture.md §15), served at GET /metrics on the gateway's port.
 
-Label values are bounded (DESIGN §14): `type` is a protocol message type or "unknown", `code` a
+Label values are bounded (docs/architecture.md §14): `type` is a protocol message type or "unknown", `code` a
 contract error code or "other", `direction` in or out.
 """
 

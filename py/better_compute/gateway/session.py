@@ -1,4 +1,4 @@
-"""Path /session: a joined node's session, from its SVID to its end (DESIGN §8, docs/nodes.md).
+"""Path /session: a joined node's session, from its SVID to its end (docs/architecture.md §8, docs/nodes.md).
 
 Identity: the node id is the one of the client certificate (pki.verify_svid), never of a message.
 `node_api.session_open` gives the session its epoch; every write carries it, and a FENCED answer

@@ -1,4 +1,4 @@
-"""The machine PKI (DESIGN §11) and signed messages (P14).
+"""The machine PKI (docs/architecture.md §11) and signed messages (P14).
 
 Nodes get short-lived X.509-SVIDs (`spiffe://{trust-domain}/node/{node_id}`) from the control
 plane's CA, use them as TLS client certificates when they dial out, and sign what they send up

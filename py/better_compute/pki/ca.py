@@ -1,4 +1,4 @@
-"""The control plane's node CA: it signs X.509-SVIDs for nodes that joined (DESIGN §11).
+"""The control plane's node CA: it signs X.509-SVIDs for nodes that joined (docs/architecture.md §11).
 
 Signing goes through the CertificateSigner port, so an HSM, a cloud KMS or a managed CA can take
 the place of the embedded key file (`CertificateAuthority`). Whatever signs, the decisions are made

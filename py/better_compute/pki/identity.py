@@ -1,4 +1,4 @@
-"""SPIFFE IDs of nodes: `spiffe://{trust-domain}/node/{node_id}` (DESIGN §11).
+"""SPIFFE IDs of nodes: `spiffe://{trust-domain}/node/{node_id}` (docs/architecture.md §11).
 
 The SPIFFE ID in an SVID's one URI SAN is the node's whole identity: nothing else in a certificate
 (its subject, a DNS name) names a node. IDs are parsed strictly, in their one canonical spelling

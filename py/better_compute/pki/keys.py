@@ -1,4 +1,4 @@
-"""Key types and key files of the machine PKI (DESIGN §11).
+"""Key types and key files of the machine PKI (docs/architecture.md §11).
 
 Certificates (the node CA and every SVID) use ECDSA P-256 keys with SHA-256: OpenSSL, and so
 Python's ssl, takes them in both TLS roles (TLS 1.2 and 1.3), the X.509-SVID standard allows them,

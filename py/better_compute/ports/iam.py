@@ -1,4 +1,4 @@
-"""The IAM port (DESIGN §7, P7, P11): the one authorization decision an admission makes.
+"""The IAM port (docs/architecture.md §7, P7, P11): the one authorization decision an admission makes.
 
 The relay asks the port once per request with what `api.prepare` answered (tenant, action and
 resource `{type, id}`; the attributes it also answers are not the port's: no adapter decides on
@@ -51,7 +51,7 @@ from typing import Any, Protocol
 
 import httpx
 
-ANSWER_BYTES_MAX = 65536  # an /authorize answer (DESIGN §14)
+ANSWER_BYTES_MAX = 65536  # an /authorize answer (docs/architecture.md §14)
 CATALOG_BYTES_MAX = 1048576  # the /actions/list answer: every action the catalog tenant may name
 POLICY_FILE_BYTES_MAX = 1048576
 DEFAULT_TIMEOUT_SECONDS = 2.0

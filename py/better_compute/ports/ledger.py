@@ -1,4 +1,4 @@
-"""The ledger port (DESIGN §7, §10): where usage goes to be billed.
+"""The ledger port (docs/architecture.md §7, §10): where usage goes to be billed.
 
 An entry carries an idempotency key (`usage:{reservation}:{window}` for usage windows): a ledger
 keeps one entry per key, so an entry sent twice (a worker killed between sending and marking it

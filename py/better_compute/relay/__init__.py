@@ -1,4 +1,4 @@
-"""The HTTP relay (`better-compute serve api`, DESIGN §2, §7): HTTP into stored procedures.
+"""The HTTP relay (`better-compute serve api`, docs/architecture.md §2, §7): HTTP into stored procedures.
 
 It holds no per-method code: the method catalog comes from the database at start-up, every call
 goes through one admission flow (api.prepare → one IAM decision → api.admit or api.read), and the

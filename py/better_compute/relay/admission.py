@@ -1,4 +1,4 @@
-"""The one admission flow every method goes through (DESIGN §7): no per-method code.
+"""The one admission flow every method goes through (docs/architecture.md §7): no per-method code.
 
     api.prepare(method, tenant, input, credential_sha256) → {admission_id, iam}
     iam.authorize(credential, iam)         → one decision (the port never raises: failure = deny)

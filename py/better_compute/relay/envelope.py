@@ -1,6 +1,6 @@
 """The two answers of every endpoint: `{"data": …}` and `{"error": {"code", "message", "hint"}}`.
 
-Statuses come from the error contract (DESIGN §13: compute.error_codes, read at start-up); the relay adds only
+Statuses come from the error contract (docs/architecture.md §13: compute.error_codes, read at start-up); the relay adds only
 what the contract leaves to HTTP: 413 for a body over the bound (still INVALID_ARGUMENT), 405,
 UNAUTHENTICATED (401, with WWW-Authenticate) for a call without a credential, and UNAVAILABLE
 (503, with Retry-After) when the database is unreachable or the relay is at its stream bound.

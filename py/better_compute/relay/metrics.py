@@ -1,6 +1,6 @@
-"""Prometheus metrics of the relay (DESIGN §15), in a registry of its own.
+"""Prometheus metrics of the relay (docs/architecture.md §15), in a registry of its own.
 
-Label values are bounded (DESIGN §14, metric_label_values): `method` is a catalog method or one of
+Label values are bounded (docs/architecture.md §14, metric_label_values): `method` is a catalog method or one of
 the relay's own endpoints, anything else is "unknown"; `status` is the HTTP status the relay sent.
 """
 

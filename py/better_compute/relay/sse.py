@@ -1,4 +1,4 @@
-"""GET /api/compute/watch: a tenant's events as Server-Sent Events (DESIGN §9).
+"""GET /api/compute/watch: a tenant's events as Server-Sent Events (docs/architecture.md §9).
 
 One `Notifier` per relay LISTENs on `bc_outbox` (a content-free NOTIFY after each transaction
 that wrote events) and wakes every stream, which re-reads `api.events` after its cursor; each

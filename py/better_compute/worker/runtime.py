@@ -1,4 +1,4 @@
-"""The worker core (DESIGN §9, P1, P3, P10, P11): claim work, run handlers, renew leases, report.
+"""The worker core (docs/architecture.md §9, P1, P3, P10, P11): claim work, run handlers, renew leases, report.
 
 It knows no handler: a mapping kind -> Handler is passed in. One loop does everything but the
 handlers: it claims up to `concurrency` items (worker_api.work_claim), starts one thread per item

@@ -1,4 +1,4 @@
-"""Inventory drivers: how bcd learns what GPUs its node has (the inventory document, DESIGN §17 and
+"""Inventory drivers: how bcd learns what GPUs its node has (the inventory document, docs/architecture.md §17 and
 docs/inventory.md) and which processes use them.
 
 Two real drivers read the same facts through different doors, so a node can use whichever its

@@ -1,0 +1,397 @@
+"""Write a function once: a new Sqitch change generated from the difference between sql/ and the plan.
+
+The developer edits sql/ (the declarative truth) and runs `better-compute db change NAME`. This
+module builds two scratch databases on a throwaway cluster, one by the plan's changes and one from
+sql/, compares what they define, and writes the change: the deploy script holds sql/'s definitions
+of what differs, the revert script the plan's definitions of the same objects, both copied out of
+the catalog by the tool, never by hand. What it covers: functions and procedures (definition,
+privileges, comment), views, comments on tables and columns, and renamed constraints. Anything else
+that differs (a new column, an index) is listed; with `partial` the change is written anyway and the
+developer adds those statements by hand at the top of the deploy and revert scripts.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pglast
+import psycopg
+from pglast import ast
+from pglast.enums import ObjectType
+from psycopg import sql
+
+from better_compute import embedded, migrate
+
+SCHEMAS = ("compute", "api", "node_api", "worker_api", "ops")
+_NOISE = ("SET ", "SELECT pg_catalog.set_config", "\\")  # session settings, \\restrict lines
+_ORDER_FREE = re.compile(r"; Type: (ACL|TABLE DATA);")  # grants and rows come in no telling order
+_ENTRY_HEADER = re.compile(r"^--\n-- (.+)\n--\n", re.MULTILINE)
+GENERATED = "-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md)."
+
+_FUNCTIONS = """
+SELECT p.oid::regprocedure::text, pg_catalog.pg_get_functiondef(p.oid), pg_catalog.pg_get_function_result(p.oid),
+       pg_catalog.obj_description(p.oid, 'pg_proc'),
+       coalesce((SELECT pg_catalog.array_agg(a.grantee::regrole::text || ':' || a.privilege_type ORDER BY 1, 2)
+                   FROM pg_catalog.aclexplode(p.proacl) AS a WHERE a.grantee <> p.proowner AND a.grantee <> 0), '{}'),
+       p.proacl IS NULL OR EXISTS (SELECT FROM pg_catalog.aclexplode(p.proacl) AS a WHERE a.grantee = 0),
+       CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END
+  FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+ WHERE n.nspname = ANY(%(schemas)s)
+   AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend AS d WHERE d.objid = p.oid AND d.deptype = 'e')"""
+_VIEWS = """
+SELECT c.oid::regclass::text, pg_catalog.pg_get_viewdef(c.oid, true)
+  FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+ WHERE c.relkind = 'v' AND n.nspname = ANY(%(schemas)s)"""
+_RELATION_COMMENTS = """
+SELECT c.oid::regclass::text, CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, coalesce(a.attname, ''),
+       CASE WHEN a.attname IS NULL THEN pg_catalog.obj_description(c.oid, 'pg_class')
+            ELSE pg_catalog.col_description(c.oid, a.attnum) END
+  FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+  LEFT JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+ WHERE c.relkind IN ('r', 'p', 'v') AND n.nspname = ANY(%(schemas)s)
+UNION ALL
+SELECT c.oid::regclass::text, CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, '',
+       pg_catalog.obj_description(c.oid, 'pg_class')
+  FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+ WHERE c.relkind IN ('r', 'p', 'v') AND n.nspname = ANY(%(schemas)s)"""
+_CONSTRAINTS = """
+SELECT c.conrelid::regclass::text, c.conname, pg_catalog.pg_get_constraintdef(c.oid)
+  FROM pg_catalog.pg_constraint AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.connamespace
+ WHERE c.conrelid <> 0 AND n.nspname = ANY(%(schemas)s)"""
+
+
+@dataclass(frozen=True)
+class Function:
+    signature: str
+    definition: str
+    result: str
+    comment: str | None
+    grants: tuple[str, ...]  # "role:PRIVILEGE", owner and PUBLIC left out
+    public: bool  # PUBLIC may execute it
+    kind: str  # FUNCTION or PROCEDURE
+
+
+@dataclass
+class Catalog:
+    functions: dict[str, Function] = field(default_factory=dict)
+    views: dict[str, str] = field(default_factory=dict)
+    comments: dict[tuple[str, str, str], str | None] = field(default_factory=dict)  # (relation, kind, column)
+    constraints: dict[tuple[str, str], str] = field(default_factory=dict)  # (table, name) -> definition
+
+
+def read_catalog(dsn: str) -> Catalog:
+    catalog = Catalog()
+    args = {"schemas": list(SCHEMAS)}
+    with psycopg.connect(dsn) as conn:
+        for sig, definition, result, comment, grants, public, kind in conn.execute(_FUNCTIONS, args):
+            catalog.functions[sig] = Function(sig, definition, result, comment, tuple(grants), public, kind)
+        catalog.views = dict(conn.execute(_VIEWS, args).fetchall())
+        for relation, kind, column, comment in conn.execute(_RELATION_COMMENTS, args):
+            catalog.comments[(relation, kind, column)] = comment
+        catalog.constraints = {(table, name): definition for table, name, definition in conn.execute(_CONSTRAINTS, args)}
+    return catalog
+
+
+def _literal(text: str | None) -> str:
+    return "NULL" if text is None else sql.quote(text)
+
+
+def _privileges(function: Function, before: Function | None) -> list[str]:
+    """GRANT/REVOKE statements that give `function` its privileges, from `before`'s (or a new
+    function's: what the default privileges give, which revoke EXECUTE from PUBLIC)."""
+    on = f"{function.kind} {function.signature}"
+    had = set(before.grants) if before else set()
+    public_before = before.public if before else False
+    lines = []
+    if public_before and not function.public:
+        lines.append(f"REVOKE ALL ON {on} FROM PUBLIC;")
+    if function.public and not public_before:
+        lines.append(f"GRANT EXECUTE ON {on} TO PUBLIC;")
+    for grant in sorted(had - set(function.grants)):
+        role, privilege = grant.split(":")
+        lines.append(f"REVOKE {privilege} ON {on} FROM {role};")
+    for grant in sorted(set(function.grants) - had):
+        role, privilege = grant.split(":")
+        lines.append(f"GRANT {privilege} ON {on} TO {role};")
+    return lines
+
+
+def _define(function: Function, before: Function | None) -> list[str]:
+    """Statements that take the database from `before` (None: absent) to `function`."""
+    statements = []
+    if before is not None and before.result != function.result:
+        statements.append(f"DROP {before.kind} {before.signature};")
+        before = None
+    if before is None or before.definition != function.definition:
+        statements.append(function.definition.rstrip() + ";")
+    if before is None or before.comment != function.comment:
+        if before is not None or function.comment is not None:
+            statements.append(f"COMMENT ON {function.kind} {function.signature} IS {_literal(function.comment)};")
+    statements += _privileges(function, before)
+    return statements
+
+
+@dataclass
+class Generated:
+    deploy: list[str] = field(default_factory=list)
+    revert: list[str] = field(default_factory=list)
+    verify: list[str] = field(default_factory=list)
+    by_hand: list[str] = field(default_factory=list)  # what differs that the tool does not write
+    objects: list[str] = field(default_factory=list)  # qualified names of what the change alters
+
+
+def _objects(plan: Catalog, target: Catalog) -> list[str]:
+    """The functions, views and tables whose definitions, comments or constraints differ."""
+    names = {sig.split("(")[0] for sig in set(plan.functions) ^ set(target.functions)}
+    names |= {sig.split("(")[0] for sig in set(plan.functions) & set(target.functions)
+              if plan.functions[sig] != target.functions[sig]}
+    names |= {view for view in set(plan.views) & set(target.views) if plan.views[view] != target.views[view]}
+    names |= {key[0] for key, comment in target.comments.items() if key in plan.comments and plan.comments[key] != comment}
+    names |= {table for table, _ in set(plan.constraints) ^ set(target.constraints)}
+    return sorted(names)
+
+
+def prerequisites(objects: list[str], top: Path = migrate.MIGRATIONS_DIR) -> list[str]:
+    """For each object, the latest change of the plan whose deploy script defines or alters it
+    (Sqitch's qualified name): the real prerequisites of a change that alters those objects."""
+    plan = migrate.read_plan(top)
+    found: list[str] = []
+    for name in objects:
+        pattern = re.compile(rf"(FUNCTION|PROCEDURE|VIEW|TABLE|ON)\s+{re.escape(name)}[\s(]", re.IGNORECASE)
+        for index in range(len(plan.changes) - 1, -1, -1):
+            if pattern.search(plan.changes[index].script("deploy", top).read_text()):
+                qualified = plan.qualified(index)
+                if qualified not in found:
+                    found.append(qualified)
+                break
+    return found
+
+
+def _step(plan: Catalog, target: Catalog) -> list[str]:
+    """Statements that take a database with catalog `plan` to `target`, for what this tool covers."""
+    statements: list[str] = []
+    for sig in sorted(set(plan.functions) - set(target.functions)):
+        statements.append(f"DROP {plan.functions[sig].kind} {sig};")
+    for (table, name), definition in sorted(plan.constraints.items()):
+        if (table, name) in target.constraints:
+            continue
+        renamed = [new for (t, new), d in sorted(target.constraints.items())
+                   if t == table and d == definition and (t, new) not in plan.constraints]
+        if len(renamed) == 1:
+            statements.append(f"ALTER TABLE {table} RENAME CONSTRAINT {_ident(name)} TO {_ident(renamed[0])};")
+    for sig in sorted(target.functions):
+        if target.functions[sig] != plan.functions.get(sig):
+            statements += _define(target.functions[sig], plan.functions.get(sig))
+    if any(statement.startswith("CREATE OR REPLACE FUNCTION") for statement in statements):
+        # In name order, a SQL function may come before one it calls: as pg_dump does, bodies are
+        # checked when they run (the tool's own check and tests/test_migrations.py run them).
+        statements.insert(0, "SET LOCAL check_function_bodies = off;")
+    for view in sorted(target.views):
+        if view in plan.views and plan.views[view] != target.views[view]:
+            statements.append(f"CREATE OR REPLACE VIEW {view} AS\n{target.views[view].rstrip().rstrip(';')};")
+    for (relation, kind, column), comment in sorted(target.comments.items(), key=lambda item: item[0]):
+        key = (relation, kind, column)
+        if key in plan.comments and plan.comments[key] != comment:
+            what = f"COLUMN {relation}.{_ident(column)}" if column else f"{kind} {relation}"
+            statements.append(f"COMMENT ON {what} IS {_literal(comment)};")
+    return statements
+
+
+def _ident(name: str) -> str:
+    return name if name.isidentifier() and name == name.lower() else '"' + name.replace('"', '""') + '"'
+
+
+def _verify(plan: Catalog, target: Catalog) -> list[str]:
+    """Checks that fail without the change and hold while no later change undoes it: new functions
+    exist, dropped ones do not, renamed constraints have their names. Behaviour checks are added by hand."""
+    checks = [f"SELECT '{sig}'::regprocedure;" for sig in sorted(set(target.functions) - set(plan.functions))]
+    checks += [f"SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_proc WHERE oid::regprocedure::text = {sql.quote(sig)}))::int;"
+               for sig in sorted(set(plan.functions) - set(target.functions))]
+    checks += [f"SELECT 1 / count(*)::int FROM pg_catalog.pg_constraint WHERE conrelid = '{table}'::regclass AND conname = {sql.quote(name)};"
+               for (table, name) in sorted(set(target.constraints) - set(plan.constraints))]
+    return checks
+
+
+def dump_entries(dsn: str) -> dict[str, str]:
+    """pg_dump of our schemas, one entry per object: its header -> its statements. With the rows:
+    a scratch database holds only seed rows (limits, error codes), and they are part of the schema."""
+    schemas = [arg for schema in SCHEMAS for arg in ("--schema", schema)]
+    argv = [str(embedded.pg_bindir() / "pg_dump"), "--inserts", *schemas, f"--dbname={dsn}"]
+    dump = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    parts = _ENTRY_HEADER.split(dump)
+    entries = {}
+    for header, body in zip(parts[1::2], parts[2::2]):
+        lines = [line for line in body.splitlines() if line.strip() and not line.startswith(_NOISE)]
+        entries[header] = "\n".join(sorted(lines) if _ORDER_FREE.search(header) else lines)
+    return entries
+
+
+def _differing(a: dict[str, str], b: dict[str, str]) -> list[str]:
+    return sorted(header for header in set(a) | set(b) if a.get(header) != b.get(header))
+
+
+def _apply(dsn: str, statements: list[str]) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET LOCAL ROLE bc_owner")
+        for statement in statements:
+            conn.execute(statement)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Statements of a change the tool does not write, kept as written, around what it writes."""
+
+    early: list[str] = field(default_factory=list)  # deploy, before the functions: tables, types, indexes
+    late: list[str] = field(default_factory=list)  # deploy, after them: rows, triggers, DO blocks
+    revert_first: list[str] = field(default_factory=list)  # revert, before the functions come back
+    revert_last: list[str] = field(default_factory=list)  # revert, after: dropping tables, types, indexes
+
+
+def _between(build_before: Callable[[str], object], build_after: Callable[[str], object], kept: Kept = Kept()) -> Generated:
+    """Build two scratch databases on a throwaway cluster, write the statements from the first to the
+    second, and check them: the deploy applied to the first must leave only what `by_hand` lists
+    different from the second, and the revert must give the first's catalog back."""
+    cluster = embedded.throwaway("bc-change-")
+    cluster.start()
+    try:
+        before_dsn, after_dsn = cluster.conninfo("before"), cluster.conninfo("after")
+        cluster.ensure_database("before")
+        cluster.ensure_database("after")
+        build_before(before_dsn)
+        build_after(after_dsn)
+        before = dump_entries(before_dsn)
+        try:
+            _apply(before_dsn, kept.early)
+        except psycopg.Error as error:
+            raise migrate.PlanError(f"the statements kept before the functions do not run first ({error})") from error
+        plan, target = read_catalog(before_dsn), read_catalog(after_dsn)
+        generated = Generated(deploy=[*kept.early, *_step(plan, target), *kept.late],
+                              revert=[*kept.revert_first, *_step(target, plan), *kept.revert_last],
+                              verify=_verify(plan, target), objects=_objects(plan, target))
+        _apply(before_dsn, generated.deploy[len(kept.early):])
+        generated.by_hand = _differing(dump_entries(before_dsn), dump_entries(after_dsn))
+        if not generated.by_hand:
+            _apply(before_dsn, generated.revert)
+            undone = _differing(dump_entries(before_dsn), before)
+            if undone:
+                raise RuntimeError(f"the generated revert does not give the first catalog back: {undone}")
+        return generated
+    finally:
+        cluster.destroy()
+
+
+def generate(top: Path = migrate.MIGRATIONS_DIR, sql_dir: Path = migrate.SQL_DIR) -> Generated:
+    """The change from what the plan builds to what sql/ builds."""
+    return _between(lambda dsn: migrate.migrate(dsn, top), lambda dsn: migrate.load_declarative(dsn, sql_dir))
+
+
+_ROUTINES = frozenset({ObjectType.OBJECT_FUNCTION, ObjectType.OBJECT_PROCEDURE, ObjectType.OBJECT_ROUTINE})
+
+
+def _writes_a_routine(statement: ast.Node) -> bool:
+    """Whether a statement defines, drops, alters, comments or grants a function: what the tool writes."""
+    if isinstance(statement, (ast.CreateFunctionStmt, ast.AlterFunctionStmt)):
+        return True
+    if isinstance(statement, (ast.CommentStmt, ast.GrantStmt)):
+        return statement.objtype in _ROUTINES
+    return isinstance(statement, ast.DropStmt) and statement.removeType in _ROUTINES
+
+
+_EARLY = (ast.CreateStmt, ast.AlterTableStmt, ast.IndexStmt, ast.CompositeTypeStmt, ast.CreateEnumStmt,
+          ast.CreateStatsStmt, ast.CreateSeqStmt, ast.DefineStmt, ast.CreateDomainStmt)
+
+
+def kept_statements(script: str) -> list[str]:
+    """The statements of a script that the tool does not write (tables, indexes, rows, DO blocks),
+    in their order, without the BEGIN/COMMIT and SET LOCAL ROLE that every script has."""
+    kept = []
+    for text in pglast.split(migrate.without_transaction_lines(script)):
+        statement = pglast.parse_sql(text)[0].stmt
+        if isinstance(statement, ast.VariableSetStmt) and statement.name in ("role", "check_function_bodies"):
+            continue  # what every script sets, and what the tool sets before its functions
+        if not _writes_a_routine(statement):
+            kept.append(text.strip() + ";")
+    return kept
+
+
+def _is_early(statement: str) -> bool:
+    """A definition functions may use (a table, a type, an index, dropping one in a revert)."""
+    parsed = pglast.parse_sql(statement)[0].stmt
+    return isinstance(parsed, _EARLY) or (isinstance(parsed, ast.DropStmt) and parsed.removeType not in _ROUTINES)
+
+
+def regenerate(name: str, top: Path = migrate.MIGRATIONS_DIR) -> Generated:
+    """The deploy and revert statements of an unreleased change, its functions written again by the
+    tool from the catalogs before and after it. What the tool does not write is kept as written:
+    tables, types and indexes before the functions in the deploy (after them in the revert), rows,
+    triggers and DO blocks after them (before them in the revert). Refuses (PlanError) a released
+    change, and one whose kept statements do not run in that order."""
+    plan = migrate.read_plan(top)
+    index = plan.index(name)
+    change = plan.changes[index]
+    if change.id in {released.id for released in plan.released()}:
+        raise migrate.PlanError(f"{name!r} is released: its scripts never change")
+    deploy = kept_statements(change.script("deploy", top).read_text())
+    revert = kept_statements(change.script("revert", top).read_text())
+    kept = Kept(early=[s for s in deploy if _is_early(s)], late=[s for s in deploy if not _is_early(s)],
+                revert_first=[s for s in revert if not _is_early(s)], revert_last=[s for s in revert if _is_early(s)])
+    previous = plan.qualified(index - 1)
+    try:
+        generated = _between(lambda dsn: migrate.migrate(dsn, top, to=previous),
+                             lambda dsn: migrate.migrate(dsn, top, to=plan.qualified(index)), kept)
+    except (psycopg.Error, RuntimeError) as error:
+        raise migrate.PlanError(f"{name!r}: its kept statements do not run around generated functions ({error}): it stays as written") from error
+    if generated.by_hand:
+        raise migrate.PlanError(f"{name!r} changes what the tool does not write: {generated.by_hand}")
+    return generated
+
+
+def rewrite_change(name: str, generated: Generated, top: Path = migrate.MIGRATIONS_DIR) -> list[Path]:
+    """Write the deploy and revert scripts of an existing change from `generated`, keeping their
+    opening comment lines (the tool's line added), the verify script and the plan's line."""
+    paths = []
+    for kind, statements in (("deploy", generated.deploy), ("revert", generated.revert)):
+        path = migrate.read_plan(top).change(name).script(kind, top)
+        lines = path.read_text().splitlines()
+        opening = [line for line in lines[: next(i for i, line in enumerate(lines) if not line.startswith("--"))]
+                   if line != GENERATED]
+        body = "\n\n".join(statements)
+        path.write_text("\n".join([*opening, GENERATED]) + f"\n\nBEGIN;\n\nSET LOCAL ROLE bc_owner;\n\n{body}\n\nCOMMIT;\n")
+        paths.append(path)
+    return paths
+
+
+def _script(kind: str, name: str, note: str, statements: list[str], end: str = "COMMIT") -> str:
+    verb = {"deploy": "Deploy", "revert": "Revert", "verify": "Verify"}[kind]
+    preposition = {"deploy": "to", "revert": "from", "verify": "on"}[kind]
+    role = "" if kind == "verify" else "SET LOCAL ROLE bc_owner;\n\n"
+    body = "\n\n".join(statements)
+    return (f"-- {verb} better_compute:{name} {preposition} pg\n-- {note}\n{GENERATED}\n\n"
+            f"BEGIN;\n\n{role}{body}\n\n{end};\n")
+
+
+def write_change(name: str, note: str, requires: list[str], generated: Generated, top: Path = migrate.MIGRATIONS_DIR,
+                 planner: str = "Better Compute <engineering@better-compute.invalid>") -> list[Path]:
+    """Append the change to sqitch.plan and write its three scripts; return their paths."""
+    plan = migrate.read_plan(top)
+    if any(change.name == name for change in plan.changes):
+        raise migrate.PlanError(f"the plan has a change named {name!r} already (to rework it: sqitch rework)")
+    for required in requires:
+        plan.index(required)  # raises PlanError for what the plan does not have
+    paths = []
+    scripts = {"deploy": (generated.deploy, "COMMIT"), "revert": (generated.revert, "COMMIT"),
+               "verify": (generated.verify or ["SELECT 1;"], "ROLLBACK")}
+    for kind, (statements, end) in scripts.items():
+        path = top / kind / f"{name}.sql"
+        path.write_text(_script(kind, name, note, statements, end))
+        paths.append(path)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    deps = f" [{' '.join(requires)}]" if requires else ""
+    with (top / "sqitch.plan").open("a") as plan_file:
+        plan_file.write(f"{name}{deps} {stamp} {planner} # {note}\n")
+    return paths
