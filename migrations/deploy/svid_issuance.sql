@@ -308,7 +308,7 @@ $$;
 COMMENT ON FUNCTION compute.trust_bundle() IS 'The node CA certificates to trust now (PEM), the issuing one first.';
 
 CREATE FUNCTION compute.svid_requests_due(p_limit integer)
-RETURNS SETOF jsonb
+RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -321,16 +321,18 @@ BEGIN
      WHERE state = 'pending' AND requested_at < v_now - pg_catalog.make_interval(secs => compute.limit('svid_request_seconds'));
     DELETE FROM compute.svid_requests
      WHERE state <> 'pending' AND decided_at < v_now - pg_catalog.make_interval(secs => compute.limit('svid_requests_kept_seconds'));
-    RETURN QUERY
-    SELECT pg_catalog.jsonb_build_object('request_id', r.request_id, 'kind', r.kind, 'gateway', r.gateway,
-               'node_id', r.node_id, 'session_epoch', r.session_epoch, 'csr', r.csr,
-               'public_key', pg_catalog.encode(r.public_key, 'base64'), 'proof', r.proof, 'names', pg_catalog.to_jsonb(r.names),
-               'registered_key', pg_catalog.encode(i.public_key, 'base64'))
-      FROM compute.svid_requests AS r
-      LEFT JOIN compute.node_identities AS i ON i.node_id = r.node_id
-     WHERE r.state = 'pending'
-     ORDER BY r.requested_at
-     LIMIT greatest(coalesce(p_limit, 1), 1);
+    RETURN (SELECT coalesce(pg_catalog.jsonb_agg(d.request ORDER BY d.requested_at), '[]')
+      FROM (SELECT r.requested_at,
+                   pg_catalog.jsonb_build_object('request_id', r.request_id, 'kind', r.kind, 'gateway', r.gateway,
+                       'node_id', r.node_id, 'session_epoch', r.session_epoch, 'csr', r.csr,
+                       'public_key', pg_catalog.encode(r.public_key, 'base64'), 'proof', r.proof,
+                       'names', pg_catalog.to_jsonb(r.names),
+                       'registered_key', pg_catalog.encode(i.public_key, 'base64')) AS request
+              FROM compute.svid_requests AS r
+              LEFT JOIN compute.node_identities AS i ON i.node_id = r.node_id
+             WHERE r.state = 'pending'
+             ORDER BY r.requested_at
+             LIMIT greatest(coalesce(p_limit, 1), 1)) AS d);
 END
 $$;
 COMMENT ON FUNCTION compute.svid_requests_due(integer) IS 'Pending certificate requests, oldest first, with the key the node registered; refuses the stale, prunes the old.';
@@ -472,7 +474,7 @@ COMMENT ON FUNCTION node_api.trust_bundle() IS 'The node CA certificates to trus
 
 -- -- worker_api (bc_worker: the signer) ----------------------------------------------------------------
 
-CREATE FUNCTION worker_api.svid_requests_due(p_limit integer) RETURNS SETOF jsonb
+CREATE FUNCTION worker_api.svid_requests_due(p_limit integer) RETURNS jsonb
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.svid_requests_due(p_limit) $$;
 COMMENT ON FUNCTION worker_api.svid_requests_due(integer) IS 'Pending certificate requests for a signer.';
 

@@ -46,6 +46,7 @@ from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT
                                       Heartbeat, Hello, Inventory, Message, Observed, ProtocolError, Renew, Result, Spec,
                                       decode, encode, report_body)
 from better_compute.pki import EnvelopeError, PkiError, make_csr, open_envelope, renew_at, sign_envelope
+from better_compute.pki.binding import RENEW_PURPOSE, public_key_der, renewal_body
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,11 @@ class Daemon:
         return renew_at(self.credentials.certificate)
 
     def renewal(self) -> Renew:
-        """A CSR for the next SVID, with the same key: the node's signatures keep their key."""
-        return Renew(make_csr(self.credentials.key, self.credentials.hostname))
+        """A CSR for the next SVID, with the same key (the node's signatures keep their key), and the
+        renewal signed with it under this session (the signer verifies it; pki/binding.py)."""
+        key = self.credentials.key
+        body = renewal_body(str(self.node_id), self.epoch, public_key_der(key.public_key()))
+        return Renew(make_csr(key, self.credentials.hostname), sign_envelope(RENEW_PURPOSE, body, key))
 
     # -- coming down -----------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ request: a node can renew itself and nobody else.
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from better_compute.pki.csr import read_csr
+from better_compute.pki.csr import check_hostname, read_csr
 from better_compute.pki.identity import SCHEME, NodeIdentity, check_trust_domain, node_identity
 from better_compute.pki.keys import (CERTIFICATE_CURVE, PkiError, check_certificate_key, create_file_once,
                                      load_or_create_private_key)
@@ -128,6 +130,41 @@ def self_signed_ca_certificate(key: ec.EllipticCurvePrivateKey, trust_domain: st
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     )
     return builder.sign(key, hashes.SHA256())
+
+
+def issue_server_certificate(ca: CertificateAuthority, public_key: ec.EllipticCurvePublicKey, name: str,
+                             names: Sequence[str], now: datetime, lifetime: timedelta) -> x509.Certificate:
+    """A gateway's serverAuth certificate for `public_key`, for the gateway `name` at `names` (DNS names
+    or addresses), with the SPIFFE ID `spiffe://{trust-domain}/gateway/{name}`."""
+    not_before, not_after = svid_validity(now, lifetime)
+    spiffe_id = f"spiffe://{ca_trust_domain(ca.certificate)}/gateway/{check_hostname(name)}"
+    check_certificate_key(public_key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(subject_alternative_names(names, spiffe_id), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(key_usage(digital_signature=True), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+    )
+    return builder.sign(ca.key, hashes.SHA256())
+
+
+def subject_alternative_names(names: Sequence[str], spiffe_id: str) -> x509.SubjectAlternativeName:
+    general: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_id)]
+    for name in names:
+        try:
+            general.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            general.append(x509.DNSName(name))
+    return x509.SubjectAlternativeName(general)
 
 
 def issue_svid(ca: CertificateSigner, csr_pem: str | bytes, node_id: UUID, now: datetime,
