@@ -120,6 +120,8 @@ class Gateway:
 
             async def refresh_bundle() -> None:
                 self.keep_bundle(tls, context, await issuance.bundle())
+                if not tls.issued_by(context.bundle[0]):  # the node CA rotated: serve a certificate of the new one
+                    await tls.rotate(self.db, issuance)
 
             # A frame over node_message_bytes closes the connection (1009). No permessage-deflate: its
             # buffers per connection would outweigh thousands of mostly idle sessions' JSON.

@@ -215,8 +215,9 @@ class Sessions:
             try:
                 node_id = verify_svid(self.context.bundle, certificate, self.context.clock.now()).node_id
             except PkiError as error:
-                raise ProtocolError(ACCESS_DENIED, f"the client certificate is not a valid SVID: {error}",
-                                    "Renew the certificate before it expires, or join again.") from None
+                raise ProtocolError(ACCESS_DENIED, f"the client certificate is not a valid SVID of a trusted node CA: "
+                                    f"{error}", "Renew the certificate before it expires; a node whose SVID expired "
+                                    "or comes from a node CA rotated out since must join again with a new token.") from None
             epoch = await self.context.db.call("node_api.session_open", node_id, self.context.settings.gateway)
         except (ContractError, ProtocolError) as refused:
             log.info("session from %s refused: %s", channel.peer, refused)

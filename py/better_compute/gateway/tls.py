@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -64,6 +65,16 @@ class ServerTls:
             if der not in self.trusted:
                 self.context.load_verify_locations(cadata=der)
                 self.trusted.add(der)
+
+    def issued_by(self, ca: x509.Certificate) -> bool:
+        """Whether the certificate served now was issued by `ca`."""
+        if self.certificate is None:
+            return False
+        try:
+            self.certificate.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            return False
+        return True
 
     async def rotate(self, db: AsyncDatabase, issuance: Issuance) -> datetime:
         """A fresh key, its certificate from the signer, both into the context; answers when to rotate next."""

@@ -1,0 +1,199 @@
+"""The machine CA never sits on a relay (issue 20): a gateway without a CA key, a signer that issues
+what the database authorises, revocation at our lifetimes, and the node CA's rotation.
+
+Real processes throughout: `serve signer`, `serve gateway` (no CA key), `serve worker`, `bcd`; the
+minimal protocol node of tests/gateway_support.py where a test must misbehave.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from websockets.exceptions import ConnectionClosed
+
+from better_compute.daemon.state import NodeState
+from better_compute.nodeproto import FENCED, Certificate, Error
+from better_compute.pki import generate_node_key, verify_svid
+from better_compute.pki.keys import load_or_create_private_key
+from gateway_support import (CLI, REPO, GatewayProcess, TestNode, running_gateway, running_gateway_alone,
+                             running_signer, running_worker_process)
+from node_support import join_node, running_bcd, wait_until
+from test_gateway import anyio_backend, eventually, joined_node, mint_token, pool_id, sql  # noqa: F401 (fixtures)
+
+SVID_SECONDS = 60  # the shortest lifetime the signer issues: bcd renews at 2/3, 40 s in
+HEARTBEAT_SECONDS = 1.0  # gateway_support starts the gateway with --heartbeat-seconds 1
+
+
+@pytest.fixture
+def gateway(db_dsn: str, tmp_path: Path) -> Iterator[GatewayProcess]:
+    with running_gateway(db_dsn, tmp_path / "keys") as process:
+        yield process
+
+
+def ca_private_value(keys: Path) -> bytes:
+    key = load_or_create_private_key(keys / "ca.key", lambda: pytest.fail("no CA key"))
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return key.private_numbers().private_value.to_bytes(32, "big")
+
+
+def memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether any readable mapping of process `pid` holds `needle` (read through /proc/PID/mem)."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as memory:
+        for line in maps:
+            match = re.match(r"([0-9a-f]+)-([0-9a-f]+) r", line)
+            if not match or "[vvar]" in line or "[vsyscall]" in line:
+                continue
+            start, end = int(match[1], 16), int(match[2], 16)
+            try:
+                memory.seek(start)
+                found = found or needle in memory.read(end - start)
+            except OSError:
+                continue
+    return found
+
+
+def open_files(pid: int) -> list[str]:
+    return [str(link.readlink()) for link in Path(f"/proc/{pid}/fd").iterdir() if link.is_symlink()]
+
+
+def test_a_gateway_given_a_ca_key_refuses_to_start(db_dsn: str, tmp_path: Path) -> None:
+    done = subprocess.run([*CLI, "gateway", "--dsn", db_dsn, "--port", "0", "--ca-key", str(tmp_path / "ca.key")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    assert "the gateway holds no CA key" in done.stderr
+    assert not (tmp_path / "ca.key").exists()
+
+
+def test_three_bcd_join_and_renew_through_a_gateway_that_holds_no_ca_key(
+        db_dsn: str, sql: psycopg.Connection, pool_id: uuid.UUID, tmp_path: Path) -> None:  # noqa: F811
+    keys = tmp_path / "keys"
+    with (running_signer(db_dsn, keys, ["--svid-lifetime-seconds", str(SVID_SECONDS)]),
+          running_gateway_alone(db_dsn, keys) as gateway, running_worker_process(db_dsn, keys)):
+        nodes = [join_node(gateway, mint_token(sql, pool_id), tmp_path, f"bcd-{n}") for n in range(3)]
+        first = {node.node_id: NodeState(node.state_dir).load().certificate for node in nodes}
+        with (running_bcd(gateway, nodes[0].state_dir, nodes[0].hostname, nodes[0].cdi_path) as one,
+              running_bcd(gateway, nodes[1].state_dir, nodes[1].hostname, nodes[1].cdi_path),
+              running_bcd(gateway, nodes[2].state_dir, nodes[2].hostname, nodes[2].cdi_path)):
+            def all_renewed() -> bool:
+                return all(NodeState(node.state_dir).load().certificate.serial_number
+                           != first[node.node_id].serial_number for node in nodes)
+            wait_until(all_renewed, "every node renewed its SVID", one.log, timeout=SVID_SECONDS)
+            renewals = sql.execute("SELECT kind, count(*) FROM compute.svid_requests WHERE state = 'issued' "
+                                   "AND node_id = ANY(%s) GROUP BY kind ORDER BY kind",
+                                   ([node.node_id for node in nodes],)).fetchall()
+            assert dict(renewals)["join"] == 3 and dict(renewals)["renew"] >= 3
+            assert sql.execute("SELECT count(*) FROM ops.nodes WHERE node_id = ANY(%s) AND connected",
+                               ([node.node_id for node in nodes],)).fetchone()[0] == 3
+        # The gateway was never given the CA key: it is in none of its files, nor its memory.
+        pid = gateway.server.process.pid
+        assert not any(path.endswith("ca.key") for path in open_files(pid))
+        assert "ca.key" not in Path(f"/proc/{pid}/cmdline").read_text()
+        assert not memory_holds(pid, ca_private_value(keys))
+        assert memory_holds(pid, gateway.ca_path.read_bytes()[:64])  # the scan does find what it holds
+
+
+@pytest.mark.anyio
+async def test_a_quarantined_node_cannot_renew_and_its_session_is_closed(
+        gateway: GatewayProcess, sql: psycopg.Connection, pool_id: uuid.UUID, tmp_path: Path) -> None:  # noqa: F811
+    node = await joined_node(gateway, sql, pool_id, tmp_path)
+    async with node.session(gateway) as session:
+        await session.send(session.renew())
+        await session.expect(Certificate)
+        sql.execute("SELECT compute.node_flag_set(%s, 'quarantined', 'test', 'failed remediation')", (node.node_id,))
+        await session.send(session.renew())
+        refused = await session.expect(Error)
+        assert refused.code == "ACCESS_DENIED" and "quarantined" in refused.message
+        # Closed at the next heartbeat statement: well within session_timeout_seconds.
+        assert await session.closed_with(timeout=3 * HEARTBEAT_SECONDS + 5) == FENCED
+    assert not sql.execute("SELECT compute.node_connection(%s) -> 'connected'", (node.node_id,)).fetchone()[0]
+    async with node.session(gateway, expect_hello=False) as session:
+        assert (await session.expect(Error)).code == "ACCESS_DENIED"  # and no new session opens
+
+
+@pytest.mark.anyio
+async def test_a_deleted_node_cannot_renew(gateway: GatewayProcess, sql: psycopg.Connection, pool_id: uuid.UUID,
+                                           tmp_path: Path) -> None:  # noqa: F811
+    node = await joined_node(gateway, sql, pool_id, tmp_path)
+    async with node.session(gateway) as session:
+        sql.execute("DELETE FROM compute.atoms WHERE node_id = %s", (node.node_id,))
+        sql.execute("DELETE FROM compute.devices WHERE node_id = %s", (node.node_id,))
+        sql.execute("DELETE FROM compute.nodes WHERE node_id = %s", (node.node_id,))
+        try:
+            await session.send(session.renew())
+            assert (await session.expect(Error)).code == "FENCED"
+        except ConnectionClosed:
+            pass  # the heartbeat statement fenced it first
+        assert await session.closed_with() == FENCED
+
+
+@pytest.mark.anyio
+async def test_a_renewal_not_signed_by_the_registered_key_is_refused(
+        gateway: GatewayProcess, sql: psycopg.Connection, pool_id: uuid.UUID, tmp_path: Path) -> None:  # noqa: F811
+    node = await joined_node(gateway, sql, pool_id, tmp_path)
+    stranger = generate_node_key()
+    async with node.session(gateway) as session:
+        # What a gateway would do to get a certificate for its own key: sign the renewal itself.
+        await session.send(session.renew(stranger, signer=stranger))
+        refused = await session.expect(Error)
+        assert refused.code == "ACCESS_DENIED" and "signature" in refused.message
+        # The session's epoch is bound too: a renewal signed for another session is refused.
+        assert session.hello is not None
+        session.hello = type(session.hello)(session.hello.epoch + 1, session.hello.heartbeat_seconds)
+        await session.send(session.renew())
+        assert "another node, session or key" in (await session.expect(Error)).message
+    reasons = sql.execute("SELECT reason FROM ops.svid_requests WHERE node_id = %s AND state = 'refused'",
+                          (node.node_id,)).fetchall()
+    assert len(reasons) == 2
+
+
+@pytest.mark.anyio
+async def test_the_node_ca_rotates_without_a_disconnect(db_dsn: str, sql: psycopg.Connection,  # noqa: F811
+                                                        pool_id: uuid.UUID, tmp_path: Path) -> None:
+    keys, new_keys = tmp_path / "keys", tmp_path / "new-keys"
+    with running_gateway(db_dsn, keys) as gateway:
+        node = await joined_node(gateway, sql, pool_id, tmp_path)
+        old_certificate = node.certificate
+        with running_signer(db_dsn, new_keys):  # the new CA: published, trusted, not issuing yet
+            new_ca = x509.load_pem_x509_certificate((new_keys / "ca.crt").read_bytes())
+            fingerprint = new_ca.fingerprint(hashes.SHA256()).hex()
+            old_fingerprint = x509.load_pem_x509_certificate((keys / "ca.crt").read_bytes()).fingerprint(
+                hashes.SHA256()).hex()
+            assert sql.execute("SELECT state FROM ops.node_cas WHERE ca_sha256 = %s", (fingerprint,)).fetchone()[0] \
+                == "trusted"
+            await eventually(lambda: len(gateway.ca_path.read_bytes().split(b"BEGIN CERTIFICATE")) == 3, 10,
+                             "the gateway serving a bundle of both CAs")
+            async with node.session(gateway) as session:
+                sql.execute("SELECT ops.node_ca_activate(%s)", (fingerprint,))
+                await session.send(session.renew())
+                renewed = x509.load_pem_x509_certificate((await session.expect(Certificate)).certificate.encode())
+                now = sql.execute("SELECT now()").fetchone()[0]
+                verify_svid(new_ca, renewed, now)  # issued by the new CA, in the same session
+                # A node that joins now gets an SVID of the new CA.
+                other = await joined_node(gateway, sql, pool_id, tmp_path, "late-node")
+                verify_svid(new_ca, other.certificate, now)
+            # A node that has not renewed yet (its SVID of the old CA) still opens sessions.
+            async with node.session(gateway) as session:
+                assert session.hello is not None
+            node.write_certificate(renewed.public_bytes(serialization.Encoding.PEM).decode())
+            async with node.session(gateway) as session:  # the renewed SVID opens sessions
+                assert session.hello is not None
+            # The old CA leaves the bundle: an SVID of it is refused from now on, with the reason.
+            stale = TestNode("stale", 1, tmp_path / "stale", node.key)
+            stale.joined = node.joined
+            stale.write_certificate(old_certificate.public_bytes(serialization.Encoding.PEM).decode())
+            sql.execute("SELECT ops.node_ca_retire(%s)", (old_fingerprint,))
+            await eventually(lambda: len(gateway.ca_path.read_bytes().split(b"BEGIN CERTIFICATE")) == 2, 10,
+                             "the gateway serving the new CA only")
+            async with stale.session(gateway, expect_hello=False) as session:
+                refused = await session.expect(Error)
+                assert refused.code == "ACCESS_DENIED" and "join again" in (refused.hint or "")
