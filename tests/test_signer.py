@@ -8,6 +8,8 @@ minimal protocol node of tests/gateway_support.py where a test must misbehave.
 from __future__ import annotations
 
 import re
+import socket
+import ssl
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -64,6 +66,17 @@ def memory_holds(pid: int, needle: bytes) -> bool:
 
 def open_files(pid: int) -> list[str]:
     return [str(link.readlink()) for link in Path(f"/proc/{pid}/fd").iterdir() if link.is_symlink()]
+
+
+def serves_certificate_of(gateway: GatewayProcess, ca_file: Path) -> bool:
+    """Whether the gateway's TLS certificate chains to the CA of `ca_file`."""
+    host, port = gateway.url.removeprefix("wss://").rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as raw, context.wrap_socket(raw, server_hostname=host):
+            return True
+    except ssl.SSLCertVerificationError:
+        return False
 
 
 def test_a_gateway_given_a_ca_key_refuses_to_start(db_dsn: str, tmp_path: Path) -> None:
@@ -184,12 +197,16 @@ async def test_the_node_ca_rotates_without_a_disconnect(db_dsn: str, sql: psycop
             # A node that has not renewed yet (its SVID of the old CA) still opens sessions.
             async with node.session(gateway) as session:
                 assert session.hello is not None
+            # The gateway serves a certificate of the new CA too (runbook: wait for it before retiring).
+            await eventually(lambda: serves_certificate_of(gateway, new_keys / "ca.crt"), 10,
+                             "the gateway's certificate from the new CA")
             node.write_certificate(renewed.public_bytes(serialization.Encoding.PEM).decode())
             async with node.session(gateway) as session:  # the renewed SVID opens sessions
                 assert session.hello is not None
             # The old CA leaves the bundle: an SVID of it is refused from now on, with the reason.
             stale = TestNode("stale", 1, tmp_path / "stale", node.key)
             stale.joined = node.joined
+            stale.directory.mkdir()
             stale.write_certificate(old_certificate.public_bytes(serialization.Encoding.PEM).decode())
             sql.execute("SELECT ops.node_ca_retire(%s)", (old_fingerprint,))
             await eventually(lambda: len(gateway.ca_path.read_bytes().split(b"BEGIN CERTIFICATE")) == 2, 10,
