@@ -4,14 +4,15 @@ builds the database pool, the clock and the ports, and passes them in (P10)."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from psycopg_pool import PoolTimeout
@@ -26,6 +27,7 @@ from better_compute.gateway import Gateway, GatewaySettings, serve_until_signall
 from better_compute.gateway.join import intent_public_key
 from better_compute.pki import MAX_LIFETIME, CertificateAuthority, IntentSigner, PkiError
 from better_compute.pki.csr import check_hostname
+from better_compute.pki.pkcs11 import DEFAULT_MODULE, PIN_VARIABLE, Pkcs11CaKey, Pkcs11IntentKey, Pkcs11Token
 from better_compute.ports.iam import BetterIam, IamError, IamPort, StaticIam
 from better_compute.ports.ledger import BetterIamLedger, Ledger, LocalLedger
 from better_compute.relay.app import Relay, RelaySettings
@@ -38,6 +40,8 @@ from better_compute.webhooks import WebhookSender
 from better_compute.worker.handlers import default_handlers
 from better_compute.worker.resealing import register_and_reseal
 from better_compute.worker.runtime import Worker, WorkerSettings, default_owner, run_until_signalled
+
+K = TypeVar("K")
 
 app = typer.Typer(no_args_is_help=True, help="Run the control plane's processes.")
 
@@ -101,6 +105,10 @@ def worker_command(
                                                      "`serve signer`; none without it).")] = None,
     trust_domain: TrustDomain = "better-compute.local",
     svid_lifetime_seconds: SvidLifetime = 3600,
+    intent_pkcs11_label: Annotated[str | None, typer.Option(help="The intent key is this Ed25519 key pair of the "
+                                                                  "PKCS#11 token (instead of --intent-key).")] = None,
+    pkcs11_module: Pkcs11Module = DEFAULT_MODULE,
+    pkcs11_token: Pkcs11TokenLabel = None,
 ) -> None:
     """Run the work queue as role bc_worker: sweeps, outbox fan-out, webhooks, usage export, audit checkpoints,
     signing node specs and commands (and, with --ca-key, node certificates)."""
@@ -110,7 +118,9 @@ def worker_command(
     signer = make_signer(dsn, ca_key, trust_domain, svid_lifetime_seconds) if ca_key is not None else None
     with db, signing(signer):
         run_until_signalled(make_worker(db, settings, make_ledger(ledger, db, ledger_url, ledger_token),
-                                        WorkerKeys(audit_key, intent_key, SecretKeyring(webhook_key, webhook_old_key or ())),
+                                        WorkerKeys(audit_key, intent_key, SecretKeyring(webhook_key, webhook_old_key or ()),
+                                                   token_key(open_token(pkcs11_module, pkcs11_token),
+                                                             intent_pkcs11_label, Pkcs11IntentKey)),
                                         webhooks_to_private_addresses))
 
 
@@ -125,6 +135,7 @@ class WorkerKeys:
     audit: Path
     intent: Path
     webhook: SecretKeyring
+    intent_in_token: Pkcs11IntentKey | None = None  # instead of the intent file
 
 
 def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, keys: WorkerKeys,
@@ -135,7 +146,7 @@ def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, keys: Wo
         clock = Clock.anchored(conn, "worker_api.now")
     register_and_reseal(db, keys.webhook)
     handlers = default_handlers(db, ledger, WebhookSender(clock, webhooks_to_private_addresses), AuditSigner(keys.audit),
-                                IntentSigner(keys.intent), keys.webhook)
+                                IntentSigner(keys.intent, keys.intent_in_token), keys.webhook)
     logging.getLogger(__name__).info("worker %s: %d kinds, concurrency %d", settings.owner, len(handlers),
                                      settings.concurrency)
     return Worker(db, handlers, settings)
@@ -278,14 +289,49 @@ SvidLifetime = Annotated[int, typer.Option(min=60, max=int(MAX_LIFETIME.total_se
                                            help="Lifetime of the node certificates issued.")]
 
 
-def make_signer(dsn: str, ca_key: Path, trust_domain: str, svid_lifetime_seconds: int) -> Signer:
-    """The signer with its own small pool (role bc_worker), its clock anchored to the database's."""
+Pkcs11Module = Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_PKCS11_MODULE",
+                                            help="The PKCS#11 module (library) of the HSM.")]
+Pkcs11TokenLabel = Annotated[str | None, typer.Option(envvar="BETTER_COMPUTE_PKCS11_TOKEN",
+                                                      help="Label of the PKCS#11 token that holds keys (its user PIN "
+                                                           "in BETTER_COMPUTE_PKCS11_PIN).")]
+
+
+def open_token(module: Path, label: str | None) -> Pkcs11Token | None:
+    """The PKCS#11 token named (None when none is), logged in with the PIN from the environment."""
+    if label is None:
+        return None
+    pin = os.environ.get(PIN_VARIABLE)
+    if not pin:
+        raise typer.BadParameter(f"--pkcs11-token {label} needs its PIN in {PIN_VARIABLE}")
+    try:
+        return Pkcs11Token(module, label, pin)
+    except PkiError as error:
+        raise typer.BadParameter(str(error)) from error
+
+
+def token_key(token: Pkcs11Token | None, label: str | None, make: Callable[[Pkcs11Token, str], K]) -> K | None:
+    """The key labelled `label` in the token (None without a label); BadParameter without a token."""
+    if label is None:
+        return None
+    if token is None:
+        raise typer.BadParameter(f"a key in a PKCS#11 token ({label}) needs --pkcs11-token")
+    try:
+        return make(token, label)
+    except PkiError as error:
+        raise typer.BadParameter(str(error)) from error
+
+
+def make_signer(dsn: str, ca_key: Path, trust_domain: str, svid_lifetime_seconds: int,
+                hsm_key: Pkcs11CaKey | None = None) -> Signer:
+    """The signer with its own small pool (role bc_worker), its clock anchored to the database's. Its
+    CA key is the file `ca_key`, or `hsm_key` (then `ca_key` only says where the certificate is: .crt)."""
     db = Database(dsn, max_size=2, name="better-compute-signer", role=WORKER_ROLE)
     db.open()
     with db.pool.connection() as conn:
         clock = Clock.anchored(conn, "worker_api.now")
     try:
-        ca = CertificateAuthority.open(ca_key, trust_domain, clock.now())
+        ca = (CertificateAuthority.open(ca_key, trust_domain, clock.now()) if hsm_key is None else
+              CertificateAuthority.of_key(hsm_key, trust_domain, clock.now(), ca_key.with_suffix(".crt")))
     except PkiError as error:
         db.close()
         raise typer.BadParameter(str(error)) from error
@@ -314,11 +360,17 @@ def signer_command(
     ca_key: CaKey = Path(".bc/pki/ca.key"),
     trust_domain: TrustDomain = "better-compute.local",
     svid_lifetime_seconds: SvidLifetime = 3600,
+    ca_pkcs11_label: Annotated[str | None, typer.Option(help="The CA key is this key pair of the PKCS#11 token "
+                                                              "(--ca-key then only names the certificate: .crt).")]
+        = None,
+    pkcs11_module: Pkcs11Module = DEFAULT_MODULE,
+    pkcs11_token: Pkcs11TokenLabel = None,
 ) -> None:
     """Run the signer as role bc_worker: the one process holding the node CA's key. It issues the
     certificates gateways asked for, as the database authorises them (docs/nodes.md)."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    signer = make_signer(dsn, ca_key, trust_domain, svid_lifetime_seconds)
+    hsm_key = token_key(open_token(pkcs11_module, pkcs11_token), ca_pkcs11_label, Pkcs11CaKey)
+    signer = make_signer(dsn, ca_key, trust_domain, svid_lifetime_seconds, hsm_key)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _signum, _frame: signer.stop())
     logging.getLogger(__name__).info("signer: node CA %s", ca_key.with_suffix(".crt").resolve())
