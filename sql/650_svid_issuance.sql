@@ -315,6 +315,24 @@ END
 $$;
 COMMENT ON FUNCTION compute.node_ca_publish(text, bytea) IS 'A signer publishes its CA certificate: active when none is, else trusted (in the bundle).';
 
+CREATE FUNCTION compute.node_cas_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+-- Lock order: every node's spec row, in node_id order (as node_specs.tick).
+BEGIN
+    -- The trust bundle travels in every node's signed spec (worker_api.node_trust_bundle): a change
+    -- of it is a new generation for every node, signed anew and pushed to those connected.
+    PERFORM 1 FROM (SELECT s.node_id FROM compute.node_specs AS s ORDER BY s.node_id FOR UPDATE) AS locked;
+    UPDATE compute.node_specs SET generation = generation + 1, changed_at = compute.compute_now();
+    PERFORM compute.work_poke('node.spec.sign', s.node_id::text) FROM compute.node_specs AS s;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.node_cas_changed() IS 'A node CA was added, activated or retired: every node gets a new spec generation (it carries the bundle).';
+CREATE TRIGGER node_cas_changed AFTER INSERT OR UPDATE ON compute.node_cas
+    FOR EACH STATEMENT EXECUTE FUNCTION compute.node_cas_changed();
+
 -- -- node_api (bc_gateway) ----------------------------------------------------------------------------
 
 CREATE FUNCTION node_api.join_request(p_token_ref bytea, p_proof bytea, p_inventory jsonb, p_public_key bytea, p_csr text,
@@ -374,6 +392,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
     SELECT coalesce(pg_catalog.jsonb_object_agg(pg_catalog.encode(c.ca_sha256, 'hex'), c.state), '{}') FROM compute.node_cas AS c
 $$;
 COMMENT ON FUNCTION worker_api.node_cas() IS 'Every node CA and its state, by SHA-256 (hex): which one a signer issues with.';
+
+CREATE FUNCTION worker_api.node_trust_bundle() RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.trust_bundle() $$;
+COMMENT ON FUNCTION worker_api.node_trust_bundle() IS 'The node CA certificates to trust (PEM), which the worker signs into every node spec.';
 
 -- -- ops (operators: CA rotation) ----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from websockets.exceptions import ConnectionClosed
@@ -214,3 +215,47 @@ async def test_the_node_ca_rotates_without_a_disconnect(db_dsn: str, sql: psycop
             async with stale.session(gateway, expect_hello=False) as session:
                 refused = await session.expect(Error)
                 assert refused.code == "ACCESS_DENIED" and "join again" in (refused.hint or "")
+
+
+def certificates_in(path: Path) -> list[x509.Certificate]:
+    return x509.load_pem_x509_certificates(path.read_bytes())
+
+
+def test_a_bcd_node_follows_a_node_ca_rotation_without_reconnecting(
+        db_dsn: str, sql: psycopg.Connection, pool_id: uuid.UUID, tmp_path: Path) -> None:  # noqa: F811
+    """The bundle reaches the node in its signed spec (both CAs, then the new one only); the node
+    renews from the new CA; its one session stays open throughout."""
+    keys, new_keys = tmp_path / "keys", tmp_path / "new-keys"
+    lifetime = ["--svid-lifetime-seconds", str(SVID_SECONDS)]
+    with (running_signer(db_dsn, keys, lifetime), running_gateway_alone(db_dsn, keys) as gateway,
+          running_worker_process(db_dsn, keys)):
+        node = join_node(gateway, mint_token(sql, pool_id), tmp_path, "rotating")
+        bundle = node.state_dir / "ca.crt"
+
+        def session() -> tuple[int, bool]:
+            return sql.execute("SELECT s.epoch, n.connected FROM compute.node_sessions AS s "
+                               "JOIN ops.nodes AS n USING (node_id) WHERE node_id = %s", (node.node_id,)).fetchone()
+
+        with running_bcd(gateway, node.state_dir, node.hostname, node.cdi_path) as bcd:
+            wait_until(lambda: (sql.execute("SELECT connected FROM ops.nodes WHERE node_id = %s",
+                                            (node.node_id,)).fetchone() or (False,))[0], "connected", bcd.log)
+            epoch = session()[0]
+            with running_signer(db_dsn, new_keys, lifetime):
+                new_ca = certificates_in(new_keys / "ca.crt")[0]
+                wait_until(lambda: len(certificates_in(bundle)) == 2, "the bundle of both CAs on the node", bcd.log)
+                sql.execute("SELECT ops.node_ca_activate(%s)", (new_ca.fingerprint(hashes.SHA256()).hex(),))
+                wait_until(lambda: NodeState(node.state_dir).load().certificate.issuer == new_ca.subject
+                           and issued_by(NodeState(node.state_dir).load().certificate, new_ca),
+                           "the node's SVID from the new CA", bcd.log, timeout=SVID_SECONDS + 10)
+                old_ca = certificates_in(keys / "ca.crt")[0]
+                sql.execute("SELECT ops.node_ca_retire(%s)", (old_ca.fingerprint(hashes.SHA256()).hex(),))
+                wait_until(lambda: certificates_in(bundle) == [new_ca], "the new CA alone on the node", bcd.log)
+                assert session() == (epoch, True)  # the same session, connected, from start to end
+
+
+def issued_by(certificate: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        certificate.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True

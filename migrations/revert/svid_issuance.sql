@@ -8,6 +8,7 @@ DROP VIEW ops.svid_requests;
 DROP VIEW ops.node_cas;
 DROP FUNCTION ops.node_ca_retire(text);
 DROP FUNCTION ops.node_ca_activate(text);
+DROP FUNCTION worker_api.node_trust_bundle();
 DROP FUNCTION worker_api.node_cas();
 DROP FUNCTION worker_api.node_ca_publish(text, bytea);
 DROP FUNCTION worker_api.svid_refused(uuid, text);
@@ -31,6 +32,7 @@ DROP FUNCTION compute.hmac_sha256(bytea, bytea);
 DROP INDEX compute.join_tokens_ref;
 DROP TABLE compute.svid_requests;
 DROP TABLE compute.node_cas;
+DROP FUNCTION compute.node_cas_changed();
 DELETE FROM compute.limits WHERE name IN ('svid_request_seconds', 'svid_requests_kept_seconds', 'svid_requests_pending_per_gateway');
 
 CREATE OR REPLACE FUNCTION compute.node_join(p_token text, p_inventory jsonb, p_public_key bytea)

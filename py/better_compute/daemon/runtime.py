@@ -200,6 +200,21 @@ class Daemon:
         log.warning("%s: not applied", rejected)
         return [Error(INVALID_ARGUMENT, str(rejected), "Intent must be signed by the control plane for this node.")]
 
+    def keep_bundle(self, bundle: Any) -> None:
+        """The node CAs to trust, as the signed spec lists them (a CA rotation reaches the node this
+        way); unchanged, absent (an older worker) or unreadable: the bundle of before stays."""
+        if not isinstance(bundle, list) or not bundle or not all(isinstance(pem, str) for pem in bundle):
+            return
+        text = "".join(bundle)
+        if text == self.state.bundle_text():
+            return
+        try:
+            self.credentials = self.state.save_bundle(self.credentials, text)
+        except PkiError as error:
+            log.error("the trust bundle of the spec is refused: %s", error)
+            return
+        log.info("trust bundle updated: %d node CA(s)", len(bundle))
+
     def apply_spec(self, envelope: Envelope) -> list[Message]:
         """Converge the CDI file to a verified spec and report what was applied. A generation older
         than the one applied last is skipped (it arrived late); the same one is applied again,
@@ -213,6 +228,7 @@ class Daemon:
                 raise Rejected("the spec body needs an integer generation and a spec with a devices list")
         except Rejected as rejected:
             return self.refuse(rejected)
+        self.keep_bundle(body.get("trust_bundle"))
         last = self.journal.last_generation
         if last is not None and generation < last:
             log.info("spec generation %d is older than the applied %d: skipped", generation, last)

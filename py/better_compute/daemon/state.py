@@ -14,6 +14,7 @@ CA, for this node's key and node id; a daemon never stores an identity it cannot
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import ssl
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from better_compute.daemon.files import write_atomically
 from better_compute.nodeproto import Joined, read_intent_key
-from better_compute.pki import PkiError, generate_node_key, load_or_create_private_key, load_public_key, verify_svid
+from better_compute.pki import (PkiError, ca_trust_domain, generate_node_key, load_or_create_private_key,
+                                load_public_key, verify_svid)
 
 DEFAULT_STATE_DIR = Path("/var/lib/better-compute")
 KEY_FILE = "node.key"
@@ -51,7 +53,7 @@ class Credentials:
     hostname: str  # what the node's CSRs name (for people and logs)
     key: ec.EllipticCurvePrivateKey
     certificate: x509.Certificate
-    ca: x509.Certificate
+    ca: list[x509.Certificate]  # the trust bundle: every node CA trusted now (two during a rotation)
     intent_key: Ed25519PublicKey
 
 
@@ -78,7 +80,7 @@ class NodeState:
 
     def save_joined(self, joined: Joined, hostname: str, now: datetime) -> Credentials:
         """Keep what the gateway answered to `join`, after checking it names this node's key."""
-        ca = self._certificate(joined.ca)
+        ca = self._bundle(joined.ca)
         intent_key = read_intent_key(joined.intent_key)
         credentials = self._checked(UUID(joined.node_id), joined.trust_domain, hostname,
                                     self._certificate(joined.certificate), ca, intent_key, now)
@@ -96,6 +98,16 @@ class NodeState:
                                 self._certificate(pem), credentials.ca, credentials.intent_key, now)
         write_atomically(self.path(CERT_FILE), pem.encode("ascii"))
         return renewed
+
+    def save_bundle(self, credentials: Credentials, pem: str) -> Credentials:
+        """Keep a new trust bundle (it came in a spec the control plane signed): the gateway is checked
+        against it from the next connection on, renewed SVIDs at once."""
+        bundle = self._bundle(pem)
+        write_atomically(self.path(CA_FILE), pem.encode("ascii"))
+        return dataclasses.replace(credentials, ca=bundle)
+
+    def bundle_text(self) -> str:
+        return self.path(CA_FILE).read_text("ascii")
 
     def session_tls(self) -> ssl.SSLContext:
         """The TLS context of a session: the gateway must chain to the node CA and match the host
@@ -115,10 +127,10 @@ class NodeState:
             raise PkiError(f"{self.path(INTENT_KEY_FILE)} is not an Ed25519 public key")
         return Credentials(UUID(node["node_id"]), node["trust_domain"], node["hostname"], self.key(),
                            self._certificate(self.path(CERT_FILE).read_text("ascii")),
-                           x509.load_pem_x509_certificate(self.path(CA_FILE).read_bytes()), intent_key)
+                           self._bundle(self.bundle_text()), intent_key)
 
     def _checked(self, node_id: UUID, trust_domain: str, hostname: str, certificate: x509.Certificate,
-                 ca: x509.Certificate, intent_key: Ed25519PublicKey, now: datetime) -> Credentials:
+                 ca: list[x509.Certificate], intent_key: Ed25519PublicKey, now: datetime) -> Credentials:
         identity = verify_svid(ca, certificate, now)
         if (identity.node_id, identity.trust_domain) != (node_id, trust_domain):
             raise PkiError(f"the certificate is for {identity.spiffe_id}, not node {node_id} of {trust_domain}")
@@ -126,6 +138,16 @@ class NodeState:
         if certificate.public_key() != key.public_key():
             raise PkiError("the certificate is not for this node's key")
         return Credentials(node_id, trust_domain, hostname, key, certificate, ca, intent_key)
+
+    @staticmethod
+    def _bundle(pem: str) -> list[x509.Certificate]:
+        try:
+            bundle = x509.load_pem_x509_certificates(pem.encode("ascii"))
+        except ValueError as error:
+            raise PkiError(f"not a bundle of PEM certificates: {error}") from None
+        for ca in bundle:
+            ca_trust_domain(ca)  # each is a node CA (one URI SAN, spiffe://{trust-domain})
+        return bundle
 
     @staticmethod
     def _certificate(pem: str) -> x509.Certificate:
