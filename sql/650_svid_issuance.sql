@@ -59,6 +59,12 @@ CREATE INDEX svid_requests_decided ON compute.svid_requests (decided_at) WHERE s
 CREATE INDEX svid_requests_node ON compute.svid_requests (node_id, requested_at);
 COMMENT ON TABLE compute.svid_requests IS 'Certificate requests relayed by gateways and decided by a signer: who asked, for which node, under which token or session epoch, and the answer.';
 
+CREATE TABLE compute.node_intent_keys (
+    public_key   bytea PRIMARY KEY CHECK (octet_length(public_key) = 32),
+    announced_at timestamptz NOT NULL
+);
+COMMENT ON TABLE compute.node_intent_keys IS 'The intent keys (Ed25519, raw) nodes accept, as the workers announce them: the signing one and, during a rollover, the next or the previous one.';
+
 CREATE INDEX join_tokens_ref ON compute.join_tokens (pg_catalog.sha256(token_sha256)) WHERE state = 'active';
 
 CREATE FUNCTION compute.hmac_sha256(p_key bytea, p_message bytea)
@@ -315,23 +321,50 @@ END
 $$;
 COMMENT ON FUNCTION compute.node_ca_publish(text, bytea) IS 'A signer publishes its CA certificate: active when none is, else trusted (in the bundle).';
 
-CREATE FUNCTION compute.node_cas_changed()
+CREATE FUNCTION compute.node_trust_changed()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 -- Lock order: every node's spec row, in node_id order (as node_specs.tick).
 BEGIN
-    -- The trust bundle travels in every node's signed spec (worker_api.node_trust_bundle): a change
-    -- of it is a new generation for every node, signed anew and pushed to those connected.
+    -- The trust bundle and the intent keys travel in every node's signed spec: a change of either
+    -- is a new generation for every node, signed anew and pushed to those connected.
     PERFORM 1 FROM (SELECT s.node_id FROM compute.node_specs AS s ORDER BY s.node_id FOR UPDATE) AS locked;
     UPDATE compute.node_specs SET generation = generation + 1, changed_at = compute.compute_now();
     PERFORM compute.work_poke('node.spec.sign', s.node_id::text) FROM compute.node_specs AS s;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION compute.node_cas_changed() IS 'A node CA was added, activated or retired: every node gets a new spec generation (it carries the bundle).';
+COMMENT ON FUNCTION compute.node_trust_changed() IS 'A node CA or an intent key was added, activated or retired: every node gets a new spec generation (it carries both).';
 CREATE TRIGGER node_cas_changed AFTER INSERT OR UPDATE ON compute.node_cas
-    FOR EACH STATEMENT EXECUTE FUNCTION compute.node_cas_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION compute.node_trust_changed();
+CREATE TRIGGER node_intent_keys_changed AFTER INSERT OR DELETE ON compute.node_intent_keys
+    FOR EACH STATEMENT EXECUTE FUNCTION compute.node_trust_changed();
+
+CREATE FUNCTION compute.node_intent_keys_announce(p_keys bytea[])
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+-- Lock order: node_intent_keys (whole table), then what node_trust_changed locks.
+BEGIN
+    IF cardinality(p_keys) IS NULL OR cardinality(p_keys) NOT BETWEEN 1 AND 4
+       OR EXISTS (SELECT 1 FROM unnest(p_keys) AS k(key) WHERE octet_length(k.key) IS DISTINCT FROM 32) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'announce 1 to 4 intent keys, 32 bytes each (raw Ed25519)',
+            'Pass the signing key first, then the next or the previous one.');
+    END IF;
+    LOCK TABLE compute.node_intent_keys IN SHARE ROW EXCLUSIVE MODE;
+    IF (SELECT coalesce(pg_catalog.array_agg(k.public_key ORDER BY k.public_key), '{}') FROM compute.node_intent_keys AS k)
+       = (SELECT pg_catalog.array_agg(DISTINCT k.key ORDER BY k.key) FROM unnest(p_keys) AS k(key)) THEN
+        RETURN false;  -- unchanged: no new spec generation for anyone
+    END IF;
+    DELETE FROM compute.node_intent_keys WHERE public_key <> ALL (p_keys);
+    INSERT INTO compute.node_intent_keys (public_key, announced_at)
+    SELECT DISTINCT k.key, compute.compute_now() FROM unnest(p_keys) AS k(key)
+    ON CONFLICT (public_key) DO NOTHING;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION compute.node_intent_keys_announce(bytea[]) IS 'A worker announces the intent keys nodes accept; a change is a new spec generation for every node.';
 
 -- -- node_api (bc_gateway) ----------------------------------------------------------------------------
 
@@ -396,6 +429,17 @@ COMMENT ON FUNCTION worker_api.node_cas() IS 'Every node CA and its state, by SH
 CREATE FUNCTION worker_api.node_trust_bundle() RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.trust_bundle() $$;
 COMMENT ON FUNCTION worker_api.node_trust_bundle() IS 'The node CA certificates to trust (PEM), which the worker signs into every node spec.';
+
+CREATE FUNCTION worker_api.node_intent_keys_announce(p_keys bytea[]) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.node_intent_keys_announce(p_keys) $$;
+COMMENT ON FUNCTION worker_api.node_intent_keys_announce(bytea[]) IS 'Announce the intent keys nodes accept (the signing one first); answers whether that changed them.';
+
+CREATE FUNCTION worker_api.node_intent_keys() RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
+    SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.encode(k.public_key, 'base64') ORDER BY k.announced_at, k.public_key), '[]')
+      FROM compute.node_intent_keys AS k
+$$;
+COMMENT ON FUNCTION worker_api.node_intent_keys() IS 'The intent keys nodes accept (base64, raw Ed25519), which the worker signs into every node spec.';
 
 -- -- ops (operators: CA rotation) ----------------------------------------------------------------------
 

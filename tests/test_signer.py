@@ -25,12 +25,13 @@ from websockets.exceptions import ConnectionClosed
 
 from better_compute.daemon.state import NodeState
 from better_compute.nodeproto import FENCED, Certificate, Error
-from better_compute.pki import generate_node_key, verify_svid
+from better_compute.pki import IntentSigner, generate_node_key, open_envelope, verify_svid
 from better_compute.pki.keys import load_or_create_private_key
 from gateway_support import (CLI, REPO, GatewayProcess, TestNode, running_gateway, running_gateway_alone,
                              running_signer, running_worker_process)
-from node_support import join_node, running_bcd, wait_until
-from test_gateway import anyio_backend, eventually, joined_node, mint_token, pool_id, sql  # noqa: F401 (fixtures)
+from node_support import cdi_devices, join_node, running_bcd, spec_state, wait_until
+from test_gateway import (anyio_backend, eventually, joined_node, mint_token, pool_id, reserve_now,  # noqa: F401
+                          sql)
 
 SVID_SECONDS = 60  # the shortest lifetime the signer issues: bcd renews at 2/3, 40 s in
 HEARTBEAT_SECONDS = 1.0  # gateway_support starts the gateway with --heartbeat-seconds 1
@@ -259,3 +260,40 @@ def issued_by(certificate: x509.Certificate, ca: x509.Certificate) -> bool:
     except (ValueError, TypeError, InvalidSignature):
         return False
     return True
+
+
+def test_a_bcd_node_follows_an_intent_key_rollover_without_reconnecting(
+        db_dsn: str, sql: psycopg.Connection, pool_id: uuid.UUID, tmp_path: Path) -> None:  # noqa: F811
+    """Announce the next intent key (nodes accept both), switch the worker to it (a spec signed by it
+    is applied), drop the old one (nodes accept only the new one); one session throughout."""
+    keys = tmp_path / "keys"
+    old_key, new_key = keys / "intent.key", tmp_path / "intent-next.key"
+    old, new = IntentSigner(old_key).private_key.public_key(), IntentSigner(new_key).private_key.public_key()
+    with running_gateway(db_dsn, keys) as gateway:
+        node = join_node(gateway, mint_token(sql, pool_id), tmp_path, "intent-rollover")
+        state = NodeState(node.state_dir)
+
+        def applied() -> bool:
+            signed, observed = spec_state(sql, node.node_id)
+            return signed is not None and signed == observed
+
+        with running_bcd(gateway, node.state_dir, node.hostname, node.cdi_path) as bcd:
+            with running_worker_process(db_dsn, keys):
+                wait_until(applied, "the first spec applied", bcd.log)
+                epoch = sql.execute("SELECT epoch FROM compute.node_sessions WHERE node_id = %s",
+                                    (node.node_id,)).fetchone()[0]
+                assert state.load().intent_keys == (old,)
+            with running_worker_process(db_dsn, keys, ["--intent-also", str(new_key)]):  # 1: announce the next key
+                wait_until(lambda: state.load().intent_keys == (old, new), "both keys on the node", bcd.log)
+            with running_worker_process(db_dsn, keys, ["--intent-key", str(new_key), "--intent-also", str(old_key)]):
+                reserve_now(sql, pool_id)  # 2: a spec signed by the new key is applied
+                wait_until(lambda: cdi_devices(node), "the booked GPU in the CDI file", bcd.log)
+                signed = sql.execute("SELECT envelope FROM compute.node_specs WHERE node_id = %s",
+                                     (node.node_id,)).fetchone()[0]
+                open_envelope(signed, new, "spec")
+                wait_until(applied, "the spec signed by the new key applied", bcd.log)
+            with running_worker_process(db_dsn, keys, ["--intent-key", str(new_key)]):  # 3: the old key is dropped
+                wait_until(lambda: state.load().intent_keys == (new,), "the new key alone on the node", bcd.log)
+                wait_until(applied, "the spec of the new key alone applied", bcd.log)
+            assert sql.execute("SELECT epoch, closed_at IS NULL FROM compute.node_sessions WHERE node_id = %s",
+                               (node.node_id,)).fetchone() == (epoch, True)  # one session throughout

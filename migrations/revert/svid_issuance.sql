@@ -8,6 +8,8 @@ DROP VIEW ops.svid_requests;
 DROP VIEW ops.node_cas;
 DROP FUNCTION ops.node_ca_retire(text);
 DROP FUNCTION ops.node_ca_activate(text);
+DROP FUNCTION worker_api.node_intent_keys();
+DROP FUNCTION worker_api.node_intent_keys_announce(bytea[]);
 DROP FUNCTION worker_api.node_trust_bundle();
 DROP FUNCTION worker_api.node_cas();
 DROP FUNCTION worker_api.node_ca_publish(text, bytea);
@@ -31,8 +33,10 @@ DROP FUNCTION compute.svid_request_add(text, text, uuid, uuid, bigint, text, byt
 DROP FUNCTION compute.hmac_sha256(bytea, bytea);
 DROP INDEX compute.join_tokens_ref;
 DROP TABLE compute.svid_requests;
+DROP FUNCTION compute.node_intent_keys_announce(bytea[]);
+DROP TABLE compute.node_intent_keys;
 DROP TABLE compute.node_cas;
-DROP FUNCTION compute.node_cas_changed();
+DROP FUNCTION compute.node_trust_changed();
 DELETE FROM compute.limits WHERE name IN ('svid_request_seconds', 'svid_requests_kept_seconds', 'svid_requests_pending_per_gateway');
 
 CREATE OR REPLACE FUNCTION compute.node_join(p_token text, p_inventory jsonb, p_public_key bytea)

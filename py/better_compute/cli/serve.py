@@ -15,6 +15,8 @@ from enum import Enum
 from typing import Annotated, TypeVar
 
 import typer
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from psycopg_pool import PoolTimeout
 
 from pathlib import Path
@@ -107,6 +109,10 @@ def worker_command(
     svid_lifetime_seconds: SvidLifetime = 3600,
     intent_pkcs11_label: Annotated[str | None, typer.Option(help="The intent key is this Ed25519 key pair of the "
                                                                   "PKCS#11 token (instead of --intent-key).")] = None,
+    intent_also: Annotated[list[Path] | None, typer.Option(help="An intent key (PEM public key or key file) nodes "
+                                                               "accept besides the signing one: the next one before "
+                                                               "a rollover, the previous one after it (repeatable).")]
+        = None,
     pkcs11_module: Pkcs11Module = DEFAULT_MODULE,
     pkcs11_token: Pkcs11TokenLabel = None,
 ) -> None:
@@ -120,7 +126,8 @@ def worker_command(
         run_until_signalled(make_worker(db, settings, make_ledger(ledger, db, ledger_url, ledger_token),
                                         WorkerKeys(audit_key, intent_key, SecretKeyring(webhook_key, webhook_old_key or ()),
                                                    token_key(open_token(pkcs11_module, pkcs11_token),
-                                                             intent_pkcs11_label, Pkcs11IntentKey)),
+                                                             intent_pkcs11_label, Pkcs11IntentKey),
+                                                   intent_keys_also(intent_also)),
                                         webhooks_to_private_addresses))
 
 
@@ -136,6 +143,24 @@ class WorkerKeys:
     intent: Path
     webhook: SecretKeyring
     intent_in_token: Pkcs11IntentKey | None = None  # instead of the intent file
+    intent_also: tuple[Ed25519PublicKey, ...] = ()  # nodes accept these too (an intent key rollover)
+
+
+def raw_public_key(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def intent_keys_also(paths: list[Path] | None) -> tuple[Ed25519PublicKey, ...]:
+    """The public halves of --intent-also files (PEM public keys, or intent key files)."""
+    keys = []
+    for path in paths or ():
+        if not path.exists():
+            raise typer.BadParameter(f"--intent-also {path}: no such file")
+        try:
+            keys.append(intent_public_key(path))
+        except PkiError as error:
+            raise typer.BadParameter(str(error)) from error
+    return tuple(keys)
 
 
 def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, keys: WorkerKeys,
@@ -145,8 +170,13 @@ def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, keys: Wo
     with db.pool.connection() as conn:
         clock = Clock.anchored(conn, "worker_api.now")
     register_and_reseal(db, keys.webhook)
+    intent = IntentSigner(keys.intent, keys.intent_in_token)
+    # The intent keys nodes accept: the signing one, and during a rollover the next or the previous
+    # one (docs/nodes.md); a change reaches every node in its next signed spec.
+    db.call("worker_api.node_intent_keys_announce",
+            [raw_public_key(key) for key in (intent.private_key.public_key(), *keys.intent_also)])
     handlers = default_handlers(db, ledger, WebhookSender(clock, webhooks_to_private_addresses), AuditSigner(keys.audit),
-                                IntentSigner(keys.intent, keys.intent_in_token), keys.webhook)
+                                intent, keys.webhook)
     logging.getLogger(__name__).info("worker %s: %d kinds, concurrency %d", settings.owner, len(handlers),
                                      settings.concurrency)
     return Worker(db, handlers, settings)

@@ -44,7 +44,7 @@ from better_compute.daemon.telemetry import Telemetry
 from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT, NODE_MESSAGE_BYTES, OBSERVED_REPORT,
                                       RESULT_REPORT, SESSION_PATH, UNSUPPORTED, Certificate, Command, Envelope, Error,
                                       Heartbeat, Hello, Inventory, Message, Observed, ProtocolError, Renew, Result, Spec,
-                                      decode, encode, report_body)
+                                      decode, encode, read_intent_key, report_body)
 from better_compute.pki import EnvelopeError, PkiError, make_csr, open_envelope, renew_at, sign_envelope
 from better_compute.pki.binding import RENEW_PURPOSE, public_key_der, renewal_body
 
@@ -188,10 +188,15 @@ class Daemon:
 
     def open_intent(self, envelope: Envelope, purpose: str) -> dict[str, Any]:
         """The body of a spec or command signed by the control plane for this node."""
-        try:
-            body = open_envelope(envelope, self.credentials.intent_key, purpose)
-        except EnvelopeError as error:
-            raise Rejected(f"the {purpose} envelope does not verify: {error}") from None
+        body, refusal = None, EnvelopeError("no intent key")
+        for key in self.credentials.intent_keys:  # two during an intent key rollover
+            try:
+                body = open_envelope(envelope, key, purpose)
+                break
+            except EnvelopeError as error:
+                refusal = error
+        if body is None:
+            raise Rejected(f"the {purpose} envelope does not verify: {refusal}") from None
         if body.get("node_id") != str(self.node_id):
             raise Rejected(f"the {purpose} is for node {body.get('node_id')!r:.60}, not {self.node_id}")
         return body
@@ -215,6 +220,21 @@ class Daemon:
             return
         log.info("trust bundle updated: %d node CA(s)", len(bundle))
 
+    def keep_intent_keys(self, texts: Any) -> None:
+        """The intent keys the signed spec lists (an intent key rollover: the next one before the
+        switch, the previous one after it); unchanged, absent or unreadable: the keys of before stay."""
+        if not isinstance(texts, list) or not texts or not all(isinstance(text, str) for text in texts):
+            return
+        try:
+            keys = tuple(read_intent_key(text) for text in texts)
+        except ProtocolError as error:
+            log.error("the intent keys of the spec are refused: %s", error)
+            return
+        if keys == self.credentials.intent_keys:
+            return
+        self.credentials = self.state.save_intent_keys(self.credentials, keys)
+        log.info("intent keys updated: %d accepted", len(keys))
+
     def apply_spec(self, envelope: Envelope) -> list[Message]:
         """Converge the CDI file to a verified spec and report what was applied. A generation older
         than the one applied last is skipped (it arrived late); the same one is applied again,
@@ -228,11 +248,14 @@ class Daemon:
                 raise Rejected("the spec body needs an integer generation and a spec with a devices list")
         except Rejected as rejected:
             return self.refuse(rejected)
-        self.keep_bundle(body.get("trust_bundle"))
         last = self.journal.last_generation
         if last is not None and generation < last:
             log.info("spec generation %d is older than the applied %d: skipped", generation, last)
             return []
+        # Trust comes only with a spec not older than the one applied: a replayed old spec (a relay
+        # can replay) cannot bring back a retired CA or intent key.
+        self.keep_bundle(body.get("trust_bundle"))
+        self.keep_intent_keys(body.get("intent_keys"))
         try:
             cdi = self.cdi_spec(generation, spec["devices"])
             write_spec(cdi, self.cdi_path)

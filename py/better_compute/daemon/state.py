@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import ssl
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,6 +41,14 @@ INTENT_KEY_FILE = "intent.pub"
 NODE_FILE = "node.json"
 
 
+PEM_PUBLIC_KEY = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----\n?", re.DOTALL)
+
+
+def intent_keys_pem(keys: tuple[Ed25519PublicKey, ...]) -> bytes:
+    return b"".join(key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+                    for key in keys)
+
+
 class NotJoined(RuntimeError):
     """The state directory holds no identity yet: run `bcd join` first."""
 
@@ -54,7 +63,12 @@ class Credentials:
     key: ec.EllipticCurvePrivateKey
     certificate: x509.Certificate
     ca: list[x509.Certificate]  # the trust bundle: every node CA trusted now (two during a rotation)
-    intent_key: Ed25519PublicKey
+    intent_keys: tuple[Ed25519PublicKey, ...]  # what specs and commands may be signed with (two during a rollover)
+
+    @property
+    def intent_key(self) -> Ed25519PublicKey:
+        """The first intent key (the one the node got at join, until a rollover replaced it)."""
+        return self.intent_keys[0]
 
 
 class NodeState:
@@ -83,10 +97,9 @@ class NodeState:
         ca = self._bundle(joined.ca)
         intent_key = read_intent_key(joined.intent_key)
         credentials = self._checked(UUID(joined.node_id), joined.trust_domain, hostname,
-                                    self._certificate(joined.certificate), ca, intent_key, now)
+                                    self._certificate(joined.certificate), ca, (intent_key,), now)
         write_atomically(self.path(CA_FILE), joined.ca.encode("ascii"))
-        write_atomically(self.path(INTENT_KEY_FILE), intent_key.public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        write_atomically(self.path(INTENT_KEY_FILE), intent_keys_pem((intent_key,)))
         write_atomically(self.path(CERT_FILE), joined.certificate.encode("ascii"))
         write_atomically(self.path(NODE_FILE), (json.dumps(
             {"node_id": joined.node_id, "trust_domain": joined.trust_domain, "hostname": hostname}) + "\n").encode())
@@ -95,7 +108,7 @@ class NodeState:
     def save_certificate(self, credentials: Credentials, pem: str, now: datetime) -> Credentials:
         """Keep a renewed SVID (the next connection presents it), after the same checks as at join."""
         renewed = self._checked(credentials.node_id, credentials.trust_domain, credentials.hostname,
-                                self._certificate(pem), credentials.ca, credentials.intent_key, now)
+                                self._certificate(pem), credentials.ca, credentials.intent_keys, now)
         write_atomically(self.path(CERT_FILE), pem.encode("ascii"))
         return renewed
 
@@ -105,6 +118,11 @@ class NodeState:
         bundle = self._bundle(pem)
         write_atomically(self.path(CA_FILE), pem.encode("ascii"))
         return dataclasses.replace(credentials, ca=bundle)
+
+    def save_intent_keys(self, credentials: Credentials, keys: tuple[Ed25519PublicKey, ...]) -> Credentials:
+        """Keep the intent keys a signed spec lists (an intent key rollover)."""
+        write_atomically(self.path(INTENT_KEY_FILE), intent_keys_pem(keys))
+        return dataclasses.replace(credentials, intent_keys=keys)
 
     def bundle_text(self) -> str:
         return self.path(CA_FILE).read_text("ascii")
@@ -122,22 +140,27 @@ class NodeState:
             node = json.loads(self.path(NODE_FILE).read_bytes())
         except FileNotFoundError:
             raise NotJoined(f"{self.directory} holds no node identity; run `bcd join` first") from None
-        intent_key = load_public_key(self.path(INTENT_KEY_FILE).read_bytes())
-        if not isinstance(intent_key, Ed25519PublicKey):
-            raise PkiError(f"{self.path(INTENT_KEY_FILE)} is not an Ed25519 public key")
+        intent_keys = []
+        for block in PEM_PUBLIC_KEY.findall(self.path(INTENT_KEY_FILE).read_bytes()):
+            intent_key = load_public_key(block)
+            if not isinstance(intent_key, Ed25519PublicKey):
+                raise PkiError(f"{self.path(INTENT_KEY_FILE)} holds a key that is not an Ed25519 public key")
+            intent_keys.append(intent_key)
+        if not intent_keys:
+            raise PkiError(f"{self.path(INTENT_KEY_FILE)} holds no intent key")
         return Credentials(UUID(node["node_id"]), node["trust_domain"], node["hostname"], self.key(),
                            self._certificate(self.path(CERT_FILE).read_text("ascii")),
-                           self._bundle(self.bundle_text()), intent_key)
+                           self._bundle(self.bundle_text()), tuple(intent_keys))
 
     def _checked(self, node_id: UUID, trust_domain: str, hostname: str, certificate: x509.Certificate,
-                 ca: list[x509.Certificate], intent_key: Ed25519PublicKey, now: datetime) -> Credentials:
+                 ca: list[x509.Certificate], intent_keys: tuple[Ed25519PublicKey, ...], now: datetime) -> Credentials:
         identity = verify_svid(ca, certificate, now)
         if (identity.node_id, identity.trust_domain) != (node_id, trust_domain):
             raise PkiError(f"the certificate is for {identity.spiffe_id}, not node {node_id} of {trust_domain}")
         key = self.key()
         if certificate.public_key() != key.public_key():
             raise PkiError("the certificate is not for this node's key")
-        return Credentials(node_id, trust_domain, hostname, key, certificate, ca, intent_key)
+        return Credentials(node_id, trust_domain, hostname, key, certificate, ca, intent_keys)
 
     @staticmethod
     def _bundle(pem: str) -> list[x509.Certificate]:
