@@ -20,5 +20,6 @@ END
 $$;
 SELECT request_id, kind, gateway, node_id, token_id, session_epoch, state, reason FROM compute.svid_requests WHERE false;
 SELECT ca_sha256, state FROM compute.node_cas WHERE false;
+SELECT public_key, announced_at FROM compute.node_intent_keys WHERE false;
 
 ROLLBACK;
