@@ -191,7 +191,7 @@ CREATE TABLE compute.node_intent_keys (
 );
 COMMENT ON TABLE compute.node_intent_keys IS 'The intent keys (Ed25519, raw) nodes accept, as the workers announce them: the signing one and, during a rollover, the next or the previous one.';
 
-CREATE INDEX join_tokens_ref ON compute.join_tokens (pg_catalog.sha256(token_sha256)) WHERE state = 'active';
+CREATE INDEX join_tokens_ref ON compute.join_tokens (pg_catalog.sha256(token_sha256));
 
 CREATE FUNCTION compute.hmac_sha256(p_key bytea, p_message bytea)
 RETURNS bytea
@@ -259,6 +259,7 @@ AS $$
 DECLARE
     v_now    timestamptz := compute.compute_now();
     v_token  compute.join_tokens;
+    v_fresh  boolean;
     v_joined jsonb;
 BEGIN
     -- One statement consumes the token: of two concurrent joins, the second finds it used. A proof
@@ -266,11 +267,23 @@ BEGIN
     UPDATE compute.join_tokens SET state = 'used', used_at = v_now
      WHERE pg_catalog.sha256(token_sha256) = p_token_ref AND state = 'active' AND expires_at > v_now
     RETURNING * INTO v_token;
-    IF NOT FOUND OR p_public_key IS NULL OR p_proof IS DISTINCT FROM compute.hmac_sha256(v_token.token_sha256,
+    v_fresh := FOUND;
+    IF NOT v_fresh THEN
+        -- A join retried by the key that spent the token (its certificate request went unanswered:
+        -- no signer ran): a new request for the node it made; nothing else changes.
+        SELECT t.* INTO v_token
+          FROM compute.join_tokens AS t
+          JOIN compute.node_identities AS i ON i.token_id = t.token_id AND i.node_id = t.used_by_node
+         WHERE pg_catalog.sha256(t.token_sha256) = p_token_ref AND t.state = 'used' AND t.expires_at > v_now
+           AND i.public_key = p_public_key;
+    END IF;
+    IF v_token.token_id IS NULL OR p_public_key IS NULL OR p_proof IS DISTINCT FROM compute.hmac_sha256(v_token.token_sha256,
             pg_catalog.convert_to(E'bc-v1\njoin\n', 'UTF8') || p_public_key) THEN
         PERFORM compute.join_token_refused();
     END IF;
-    v_joined := compute.node_adopt(v_token, p_inventory, p_public_key);
+    v_joined := CASE WHEN v_fresh THEN compute.node_adopt(v_token, p_inventory, p_public_key) ELSE
+        pg_catalog.jsonb_build_object('node_id', v_token.used_by_node, 'pool_id', v_token.pool_id,
+            'site_id', (SELECT n.site_id FROM compute.nodes AS n WHERE n.node_id = v_token.used_by_node)) END;
     RETURN v_joined || pg_catalog.jsonb_build_object('request_id',
         compute.svid_request_add('join', p_gateway, (v_joined ->> 'node_id')::uuid, v_token.token_id, NULL, p_csr,
                                  p_public_key, NULL, NULL));

@@ -2,8 +2,10 @@
 -- HMAC, keyed by sha256(token), over its public key. The same proof with another key (a gateway's
 -- own) is refused like any invalid token, and leaves the token unspent for the node; the proper
 -- one adopts the node and records the SVID request: who relayed it, for which node, which token.
+-- The key that spent a token may join again with it (a retry when no signer answered): the same
+-- node, a new request; any other key is refused.
 BEGIN;
-SELECT plan(6);
+SELECT plan(7);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 SELECT pgtap_fixtures.fleet('pack', 0, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
@@ -28,8 +30,14 @@ SELECT results_eq(format($$SELECT kind, gateway, node_id, token_id, state FROM c
                          :'minted'::jsonb ->> 'token_id'),
                   'the SVID request records the relaying gateway, the node and the token');
 SELECT throws_ok(format('SELECT node_api.join_request(%L, %L, pgtap_fixtures.inventory(''gpu-node-02''), %L, ''csr'', ''gw-1'')',
-                        sha256(:'hashed'::bytea), :'proof'::bytea, :'node_key'::bytea),
-                 'BC403', 'the join token is not valid', 'a used token is refused');
+                        sha256(:'hashed'::bytea),
+                        compute.hmac_sha256(:'hashed'::bytea, convert_to(E'bc-v1\njoin\n', 'UTF8') || :'gateway_key'::bytea),
+                        :'gateway_key'::bytea),
+                 'BC403', 'the join token is not valid', 'a used token is refused to another key, even with its own proof');
+SELECT is((node_api.join_request(sha256(:'hashed'::bytea), :'proof'::bytea, pgtap_fixtures.inventory('gpu-node-01'),
+                                 :'node_key'::bytea, 'csr', 'gw-2') ->> 'node_id')::uuid,
+          (:'joined'::jsonb ->> 'node_id')::uuid,
+          'the key that spent it may retry (its request went unanswered): the same node, a new request');
 SELECT throws_ok(format('SELECT node_api.join(%L, pgtap_fixtures.inventory(''gpu-node-03''), %L)',
                         :'minted'::jsonb ->> 'token', :'node_key'::bytea),
                  'BC501', NULL, 'the raw-token join of older gateways is UNSUPPORTED');
