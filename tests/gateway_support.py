@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "better_compute.cli.main", "serve"]
 CA_LINE = "ca: "
 WORKER_READY = "kinds, concurrency"  # what `serve worker` logs once it is connected
-SIGNER_READY = "node CA "  # what `serve signer` logs once its CA is published
+SIGNER_READY = "published: node CA "  # what `serve signer` logs once its CA is published
 START_SECONDS = 30.0
 EXPECT_SECONDS = 10.0
 

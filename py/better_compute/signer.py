@@ -68,7 +68,7 @@ class Signer:
         """Put this signer's CA into the trust bundle; answers its state (active, trusted, retired)."""
         pem = self.ca.certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
         state: str = self.db.call("worker_api.node_ca_publish", pem, self.fingerprint)
-        log.info("node CA %s is %s", self.fingerprint.hex(), state)
+        log.info("published: node CA %s is %s", self.fingerprint.hex(), state)
         return state
 
     def active(self) -> bool:

@@ -403,7 +403,7 @@ def signer_command(
     signer = make_signer(dsn, ca_key, trust_domain, svid_lifetime_seconds, hsm_key)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _signum, _frame: signer.stop())
-    logging.getLogger(__name__).info("signer: node CA %s", ca_key.with_suffix(".crt").resolve())
+    logging.getLogger(__name__).info("signer: CA certificate %s", ca_key.with_suffix(".crt").resolve())
     try:
         signer.run()
     finally:
