@@ -41,12 +41,12 @@ resources = ["*"]
 TOML
 
 dsn=$("$BC" dev status | sed -n 's/^DSN: //p')
-printf '\n# the control plane: API relay, node gateway, worker (logs in %s/*.log)\n' "$DEMO"
+printf '\n# the control plane: API relay, node gateway (no CA key), worker and signer (logs in %s/*.log)\n' "$DEMO"
 start relay "$BC" serve api --dsn "$dsn" --port 0 --iam static --iam-file .bc/iam.toml
-start gateway "$BC" serve gateway --dsn "$dsn" --port 0 --name gw-demo --ca-key "$DEMO/keys/ca.key" \
+start gateway "$BC" serve gateway --dsn "$dsn" --port 0 --name gw-demo --ca-bundle "$DEMO/keys/ca-bundle.crt" \
     --intent-key "$DEMO/keys/intent.key" --heartbeat-seconds 2 --spec-poll-seconds 2
 start worker "$BC" serve worker --dsn "$dsn" --owner demo-worker --poll-seconds 0.2 --intent-key "$DEMO/keys/intent.key" \
-    --audit-key "$DEMO/keys/audit.pem"
+    --audit-key "$DEMO/keys/audit.pem" --ca-key "$DEMO/keys/ca.key"
 wait_for "$DEMO/relay.out" '^listening on '
 wait_for "$DEMO/gateway.out" '^ca: '
 wait_for "$DEMO/worker.log" 'kinds, concurrency'

@@ -10,6 +10,7 @@ packages=(
   libtap-parser-sourcehandler-pgtap-perl # pg_prove
   sqitch libdbd-pg-perl                  # the DBA's migration tool, proven compatible in the tests
   prometheus                             # a real remote-write receiver for the daemon's telemetry test
+  softhsm2                               # a real PKCS#11 token for the CA and intent keys in an HSM (test_pkcs11)
 )
 
 missing=()

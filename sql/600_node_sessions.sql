@@ -23,36 +23,59 @@ CREATE TABLE compute.node_identities (
 );
 COMMENT ON TABLE compute.node_identities IS 'How a node joined: its public key (DER SubjectPublicKeyInfo), the token it used, and the (epoch, seq) of the last report of it applied (sql/640).';
 
-CREATE FUNCTION compute.node_join(p_token text, p_inventory jsonb, p_public_key bytea)
+CREATE FUNCTION compute.node_adopt(p_token compute.join_tokens, p_inventory jsonb, p_public_key bytea)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
--- Lock order: the token row (the UPDATE that consumes it), then what node_register locks.
+-- Lock order: the caller consumed the token row; then what node_register locks.
 DECLARE
-    v_now     timestamptz := compute.compute_now();
-    v_token   compute.join_tokens;
     v_node_id uuid;
 BEGIN
     IF p_public_key IS NULL OR octet_length(p_public_key) NOT BETWEEN 32 AND 1024 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a joining node must present its public key', 'Send the DER of its key.');
     END IF;
+    PERFORM compute.inventory_validate(p_inventory);
+    v_node_id := compute.node_register(p_token.pool_id, p_inventory ->> 'hostname', p_inventory);
+    UPDATE compute.join_tokens SET used_by_node = v_node_id WHERE token_id = p_token.token_id;
+    INSERT INTO compute.node_identities (node_id, public_key, token_id, joined_at)
+    VALUES (v_node_id, p_public_key, p_token.token_id, p_token.used_at)
+    ON CONFLICT (node_id) DO UPDATE SET public_key = EXCLUDED.public_key, token_id = EXCLUDED.token_id, joined_at = EXCLUDED.joined_at;
+    RETURN pg_catalog.jsonb_build_object('node_id', v_node_id, 'pool_id', p_token.pool_id,
+        'site_id', (SELECT n.site_id FROM compute.nodes AS n WHERE n.node_id = v_node_id));
+END
+$$;
+COMMENT ON FUNCTION compute.node_adopt(compute.join_tokens, jsonb, bytea) IS 'Adopt a node into the pool of the join token just consumed; keep its public key.';
+
+CREATE FUNCTION compute.join_token_refused()
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- One answer for unknown, used, revoked, expired and unbound: no oracle for guessers.
+    PERFORM compute.raise_error('ACCESS_DENIED', 'the join token is not valid',
+        'Mint a new one (joinTokens.create): a token works once, until it expires or is revoked.');
+END
+$$;
+COMMENT ON FUNCTION compute.join_token_refused() IS 'ACCESS_DENIED for any join token that does not admit the join.';
+
+CREATE FUNCTION compute.node_join(p_token text, p_inventory jsonb, p_public_key bytea)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the token row (the UPDATE that consumes it), then what node_adopt locks.
+DECLARE
+    v_now     timestamptz := compute.compute_now();
+    v_token   compute.join_tokens;
+BEGIN
     -- One statement consumes the token: of two concurrent joins, the second finds it used.
     UPDATE compute.join_tokens SET state = 'used', used_at = v_now
      WHERE token_sha256 = pg_catalog.sha256(pg_catalog.convert_to(coalesce(p_token, ''), 'UTF8'))
        AND state = 'active' AND expires_at > v_now
     RETURNING * INTO v_token;
-    IF NOT FOUND THEN  -- one answer for unknown, used, revoked and expired: no oracle for guessers
-        PERFORM compute.raise_error('ACCESS_DENIED', 'the join token is not valid',
-            'Mint a new one (joinTokens.create): a token works once, until it expires or is revoked.');
+    IF NOT FOUND THEN
+        PERFORM compute.join_token_refused();
     END IF;
-    PERFORM compute.inventory_validate(p_inventory);
-    v_node_id := compute.node_register(v_token.pool_id, p_inventory ->> 'hostname', p_inventory);
-    UPDATE compute.join_tokens SET used_by_node = v_node_id WHERE token_id = v_token.token_id;
-    INSERT INTO compute.node_identities (node_id, public_key, token_id, joined_at)
-    VALUES (v_node_id, p_public_key, v_token.token_id, v_now)
-    ON CONFLICT (node_id) DO UPDATE SET public_key = EXCLUDED.public_key, token_id = EXCLUDED.token_id, joined_at = EXCLUDED.joined_at;
-    RETURN pg_catalog.jsonb_build_object('node_id', v_node_id, 'pool_id', v_token.pool_id,
-        'site_id', (SELECT n.site_id FROM compute.nodes AS n WHERE n.node_id = v_node_id));
+    RETURN compute.node_adopt(v_token, p_inventory, p_public_key);
 END
 $$;
 COMMENT ON FUNCTION compute.node_join(text, jsonb, bytea) IS 'Adopt a node into its join token''s pool (the token is consumed once); keep its public key.';
@@ -71,6 +94,19 @@ END
 $$;
 COMMENT ON FUNCTION compute.session_require(uuid, bigint) IS 'FENCED unless the epoch is the node''s current open session.';
 
+CREATE FUNCTION compute.node_not_quarantined(p_node_id uuid)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_node_id AND f.flag = 'quarantined') THEN
+        PERFORM compute.raise_error('ACCESS_DENIED', pg_catalog.format('node %s is quarantined', p_node_id),
+            'A quarantined node holds no session and gets no certificate: clear the flag (ops.node_clear(node, ''quarantined'')) or join the machine again with a new token.');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.node_not_quarantined(uuid) IS 'ACCESS_DENIED when the node is quarantined (no session, no certificate).';
+
 CREATE FUNCTION compute.session_open(p_node_id uuid, p_gateway text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -80,6 +116,7 @@ DECLARE
     v_epoch bigint;
 BEGIN
     PERFORM compute.node_get(p_node_id);
+    PERFORM compute.node_not_quarantined(p_node_id);
     INSERT INTO compute.node_sessions AS s (node_id, epoch, gateway, opened_at, last_heard_at)
     VALUES (p_node_id, 1, p_gateway, v_now, v_now)
     ON CONFLICT (node_id) DO UPDATE
@@ -106,6 +143,11 @@ BEGIN
     UPDATE compute.node_sessions AS s SET last_heard_at = compute.compute_now()
       FROM (SELECT b.node_id, b.epoch FROM unnest(p_node_ids, p_epochs) AS b(node_id, epoch) ORDER BY b.node_id) AS b
      WHERE s.node_id = b.node_id AND s.epoch = b.epoch AND s.closed_at IS NULL;
+    -- A quarantined node keeps no session: it is closed here, within one heartbeat interval, and
+    -- answered as fenced (the gateway closes the connection; session_open refuses the node).
+    UPDATE compute.node_sessions AS s SET closed_at = compute.compute_now()
+     WHERE s.node_id = ANY (p_node_ids) AND s.closed_at IS NULL
+       AND EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = s.node_id AND f.flag = 'quarantined');
     SELECT coalesce(pg_catalog.array_agg(b.node_id), '{}') INTO v_fenced
       FROM unnest(p_node_ids, p_epochs) AS b(node_id, epoch)
      WHERE NOT EXISTS (SELECT 1 FROM compute.node_sessions AS s
@@ -144,8 +186,15 @@ COMMENT ON FUNCTION compute.node_connection(uuid) IS 'Connected (open session he
 -- -- node_api (bc_gateway) --------------------------------------------------------------------------
 
 CREATE FUNCTION node_api.join(p_token text, p_inventory jsonb, p_public_key bytea) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.node_join(p_token, p_inventory, p_public_key) $$;
-COMMENT ON FUNCTION node_api.join(text, jsonb, bytea) IS 'A node joins with its token, inventory and public key; answers its node id.';
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    PERFORM compute.raise_error('UNSUPPORTED',
+        'node_api.join took the join token itself: a token crosses a gateway only bound to the node''s key',
+        'Upgrade the gateway and bcd to this release: they join with node_api.join_request (token_ref and proof).');
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION node_api.join(text, jsonb, bytea) IS 'Removed: UNSUPPORTED (a token crosses the gateway only bound to the node''s key: node_api.join_request).';
 
 CREATE FUNCTION node_api.session_open(p_node_id uuid, p_gateway text) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.session_open(p_node_id, p_gateway) $$;

@@ -11,8 +11,9 @@ for tests (the real daemon is `bcd`).
         session.hello.epoch; await session.send(Heartbeat()); await session.expect(Spec)
         await session.send(Observed(session.report("node.observed", {"generation": 2, "conditions": []})))
 
-Gateway and worker share one key directory: the gateway creates the CA (`ca.key`, `ca.crt`) and
-both read the intent key (`intent.key`, created by whichever starts first).
+Signer, gateway and worker share one key directory: the signer creates the CA (`ca.key`, `ca.crt`)
+and publishes it; the gateway holds no CA key and writes the bundle it serves (`ca-bundle.crt`);
+gateway and worker read the intent key (`intent.key`, created by whichever starts first).
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
 
-from better_compute.nodeproto import (JOIN_PATH, SESSION_PATH, Error, Hello, Join, Joined, Message, decode, encode,
-                                      read_intent_key, report_body)
+from better_compute.nodeproto import (JOIN_PATH, SESSION_PATH, Error, Hello, Join, Joined, Message, Renew, decode,
+                                      encode, read_intent_key, report_body)
 from better_compute.pki import generate_node_key, make_csr, sign_envelope
+from better_compute.pki.binding import RENEW_PURPOSE, join_token_binding, public_key_der, renewal_body
 from better_compute.pki.keys import private_key_pem
 from fleet import h200_inventory
 from relay_support import LOG_TAIL_CHARS, Relay, start
@@ -49,6 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "better_compute.cli.main", "serve"]
 CA_LINE = "ca: "
 WORKER_READY = "kinds, concurrency"  # what `serve worker` logs once it is connected
+SIGNER_READY = "published: node CA "  # what `serve signer` logs once its CA is published
 START_SECONDS = 30.0
 EXPECT_SECONDS = 10.0
 
@@ -90,13 +93,22 @@ def label_text(labels: dict[str, str]) -> str:
 
 
 def gateway_command(dsn: str, keys: Path, extra: Sequence[str]) -> list[str]:
-    return [*CLI, "gateway", "--dsn", dsn, "--port", "0", "--name", "gw-test", "--ca-key", str(keys / "ca.key"),
+    return [*CLI, "gateway", "--dsn", dsn, "--port", "0", "--name", "gw-test", "--ca-bundle", str(keys / "ca-bundle.crt"),
             "--intent-key", str(keys / "intent.key"), "--heartbeat-seconds", "1", "--spec-poll-seconds", "1", *extra]
 
 
 @contextmanager
-def running_gateway(dsn: str, keys: Path, extra: Sequence[str] = ()) -> Iterator[GatewayProcess]:
-    """`better-compute serve gateway` on a free port, its keys in `keys`; SIGTERM (then SIGKILL) on exit."""
+def running_gateway(dsn: str, keys: Path, extra: Sequence[str] = (),
+                    signer_extra: Sequence[str] = ()) -> Iterator[GatewayProcess]:
+    """`better-compute serve signer` (the CA key, `keys`/ca.key) and `better-compute serve gateway`
+    (no CA key) on a free port, its keys in `keys`; SIGTERM (then SIGKILL) on exit."""
+    with running_signer(dsn, keys, signer_extra), running_gateway_alone(dsn, keys, extra) as gateway:
+        yield gateway
+
+
+@contextmanager
+def running_gateway_alone(dsn: str, keys: Path, extra: Sequence[str] = ()) -> Iterator[GatewayProcess]:
+    """`better-compute serve gateway` on a free port (a signer must run); SIGTERM (then SIGKILL) on exit."""
     server = start(gateway_command(dsn, keys, extra))
     try:
         assert server.process.stdout is not None
@@ -111,21 +123,36 @@ def running_gateway(dsn: str, keys: Path, extra: Sequence[str] = ()) -> Iterator
 
 
 @contextmanager
+def running_signer(dsn: str, keys: Path, extra: Sequence[str] = ()) -> Iterator[subprocess.Popen[bytes]]:
+    """`better-compute serve signer` with `keys`/ca.key, ready once it published its CA."""
+    with running_logged([*CLI, "signer", "--dsn", dsn, "--ca-key", str(keys / "ca.key"), *extra],
+                        SIGNER_READY, "signer") as process:
+        yield process
+
+
+@contextmanager
 def running_worker_process(dsn: str, keys: Path, extra: Sequence[str] = ()) -> Iterator[subprocess.Popen[bytes]]:
     """`better-compute serve worker` (it signs specs and commands with `keys`/intent.key), ready once
     it logs that it runs; SIGTERM (then SIGKILL) on exit. Its log is quoted when it does not start."""
-    log_path = Path(tempfile.mkstemp(prefix="worker-", suffix=".log")[1])
+    with running_logged([*CLI, "worker", "--dsn", dsn, "--owner", "test-worker", "--poll-seconds", "0.2",
+                         "--grace-seconds", "5", "--intent-key", str(keys / "intent.key"), "--audit-key",
+                         str(keys / "audit.pem"), "--webhook-key", str(keys / "webhook.key"), *extra],
+                        WORKER_READY, "worker") as process:
+        yield process
+
+
+@contextmanager
+def running_logged(command: list[str], ready: str, what: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A `serve` process, ready once its log says `ready`; SIGTERM (then SIGKILL) on exit."""
+    log_path = Path(tempfile.mkstemp(prefix=f"{what}-", suffix=".log")[1])
     with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            [*CLI, "worker", "--dsn", dsn, "--owner", "test-worker", "--poll-seconds", "0.2", "--grace-seconds", "5",
-             "--intent-key", str(keys / "intent.key"), "--audit-key", str(keys / "audit.pem"),
-             "--webhook-key", str(keys / "webhook.key"), *extra],
-            stdout=subprocess.DEVNULL, stderr=log_file, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "py")})
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file, cwd=REPO,
+                                   env={**os.environ, "PYTHONPATH": str(REPO / "py")})
     try:
         deadline = time.monotonic() + START_SECONDS
-        while WORKER_READY not in log_path.read_text(errors="replace"):
+        while ready not in log_path.read_text(errors="replace"):
             assert process.poll() is None and time.monotonic() < deadline, \
-                f"the worker did not start:\n{log_path.read_text(errors='replace')[-LOG_TAIL_CHARS:]}"
+                f"the {what} did not start:\n{log_path.read_text(errors='replace')[-LOG_TAIL_CHARS:]}"
             time.sleep(0.05)
         yield process
     finally:
@@ -172,7 +199,8 @@ class TestNode:
         return sign_envelope(purpose, body, key or self.key)
 
     def join_message(self, token: str) -> Join:
-        return Join(token, make_csr(self.key, self.hostname), self.signed("inventory", self.inventory))
+        token_ref, proof = join_token_binding(token, public_key_der(self.key.public_key()))
+        return Join(token_ref, proof, make_csr(self.key, self.hostname), self.signed("inventory", self.inventory))
 
     async def join(self, gateway: GatewayProcess, token: str, message: Join | None = None) -> Joined:
         """Join (with `message`, else the proper one); NodeRefused with the gateway's error."""
@@ -228,6 +256,15 @@ class NodeSession:
         assert self.hello is not None, "the session has no hello"
         self.seq += 1
         return self.node.signed(purpose, report_body(self.node.node_id, self.hello.epoch, self.seq, payload), key)
+
+    def renew(self, new_key: ec.EllipticCurvePrivateKey | None = None,
+              signer: ec.EllipticCurvePrivateKey | None = None) -> Renew:
+        """A renewal as the daemon makes it: a CSR (for `new_key`, else the node's key) and the
+        node.renew envelope signed by `signer` (else the node's key: the one it registered)."""
+        assert self.hello is not None, "the session has no hello"
+        key = new_key or self.node.key
+        body = renewal_body(self.node.node_id, self.hello.epoch, public_key_der(key.public_key()))
+        return Renew(make_csr(key, self.node.hostname), sign_envelope(RENEW_PURPOSE, body, signer or self.node.key))
 
     async def send(self, message: Message) -> None:
         await self.connection.send(encode(message))

@@ -117,8 +117,8 @@ def test_the_message_bound_is_the_database_limit(sql: psycopg.Connection) -> Non
 
 
 def test_messages_round_trip_and_bad_frames_are_refused() -> None:
-    for message in (Hello(3, 5.0), Heartbeat(), Error("FENCED", "gone"), Renew("csr"), Certificate("pem"),
-                    Spec({"v": 1}), Join("t", "csr", {"v": 1})):
+    for message in (Hello(3, 5.0), Heartbeat(), Error("FENCED", "gone"), Renew("csr", {"v": 1}), Certificate("pem"),
+                    Spec({"v": 1}), Join("ref", "proof", "csr", {"v": 1})):
         assert decode(encode(message)) == message
     refusals = {
         '{"v": 2, "type": "heartbeat"}': UNSUPPORTED,
@@ -154,7 +154,8 @@ async def test_a_node_joins_once_with_a_token(gateway: GatewayProcess, sql: psyc
     node = TestNode("gpu-host-1", 2, tmp_path / "node")
     # An inventory signed with another key than the CSR's is refused, and the token is not used up.
     forged = node.join_message(token)
-    forged = Join(forged.token, forged.csr, node.signed("inventory", node.inventory, generate_node_key()))
+    forged = Join(forged.token_ref, forged.proof, forged.csr,
+                  node.signed("inventory", node.inventory, generate_node_key()))
     with pytest.raises(NodeRefused) as refused:
         await node.join(gateway, token, forged)
     assert refused.value.error.code == "INVALID_ARGUMENT"
@@ -383,7 +384,7 @@ async def test_a_node_renews_its_certificate_and_changes_its_key_over_the_sessio
     new_der = new_key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     with running_worker_process(db_dsn, gateway.keys):
         async with node.session(gateway) as session:
-            await session.send(Renew(make_csr(new_key, node.hostname)))
+            await session.send(session.renew(new_key))  # signed by the registered key, for the new one
             renewed = x509.load_pem_x509_certificate((await session.expect(Certificate)).certificate.encode())
             assert renewed.public_key() == new_key.public_key()
             ca = x509.load_pem_x509_certificate(gateway.ca_path.read_bytes())
@@ -404,7 +405,7 @@ async def test_a_node_renews_its_certificate_and_changes_its_key_over_the_sessio
             await eventually(lambda: sql.execute("SELECT inventory ? 'renewed' FROM compute.nodes WHERE node_id = %s",
                                                  (node.node_id,)).fetchone()[0], 5, "the inventory")
             # A long session renews again and again: each renewal presents the newest certificate.
-            await session.send(Renew(make_csr(new_key, node.hostname)))
+            await session.send(session.renew(new_key, new_key))  # the new key is the registered one now
             again = x509.load_pem_x509_certificate((await session.expect(Certificate)).certificate.encode())
             assert again.serial_number != renewed.serial_number and again.public_key() == new_key.public_key()
     node.key = new_key

@@ -26,6 +26,7 @@ from psycopg import sql as sqltext
 from psycopg.types.json import Jsonb
 
 from better_compute.pki import generate_node_key, sign_envelope
+from better_compute.pki.binding import join_token_binding
 from fleet import h200_inventory, make_pool
 from gateway_support import running_worker_process
 from worker_support import wait_until
@@ -89,8 +90,10 @@ def node(sql: psycopg.Connection, gateway_login: psycopg.Connection) -> Node:
     token = sql.execute("SELECT compute.api_join_tokens_create(NULL, %s, %s) ->> 'token'",
                         (str(uuid.uuid4()), Jsonb({"pool_id": str(pool_id)}))).fetchone()[0]
     hostname, key = f"forge-{uuid.uuid4().hex[:8]}", generate_node_key()
-    joined = gateway_login.execute("SELECT node_api.join(%s, %s, %s)",
-                                   (token, Jsonb(h200_inventory(hostname, 2)), der(key))).fetchone()[0]
+    token_ref, proof = join_token_binding(token, der(key))
+    joined = gateway_login.execute("SELECT node_api.join_request(%s, %s, %s, %s, 'csr', 'gw-forge')",
+                                   (base64.b64decode(token_ref), base64.b64decode(proof),
+                                    Jsonb(h200_inventory(hostname, 2)), der(key))).fetchone()[0]
     node = Node(joined["node_id"], hostname, key)
     node.epoch = gateway_login.execute("SELECT node_api.session_open(%s, 'gw-forge')", (node.node_id,)).fetchone()[0]
     return node
@@ -261,3 +264,29 @@ def test_signed_reports_take_effect_once_and_a_replay_is_rejected(sql: psycopg.C
     assert sql.execute("SELECT public_key FROM compute.node_identities WHERE node_id = %s",
                        (node.node_id,)).fetchone()[0] == der(new_key)
     assert sql.execute(present, (node.node_id,)).fetchone()[0] == [True, True]
+
+
+def test_a_gateway_cannot_spend_a_relayed_join_token_on_a_key_of_its_own(
+        sql: psycopg.Connection, gateway_login: psycopg.Connection) -> None:
+    """What a join puts in the gateway's hands (token_ref and the proof for the node's key) does not
+    join another key: ACCESS_DENIED, and the token stays unspent for the node (issue 20)."""
+    pool_id = make_pool(sql, [], shapes=("gpu",))
+    minted = sql.execute("SELECT compute.api_join_tokens_create(NULL, %s, %s)",
+                         (str(uuid.uuid4()), Jsonb({"pool_id": str(pool_id)}))).fetchone()[0]
+    node_key, gateway_key = generate_node_key(), generate_node_key()
+    token_ref, proof = (base64.b64decode(part) for part in join_token_binding(minted["token"], der(node_key)))
+    with pytest.raises(psycopg.Error) as refused:
+        gateway_login.execute("SELECT node_api.join_request(%s, %s, %s, %s, 'csr', 'gw-forge')",
+                              (token_ref, proof, Jsonb(h200_inventory("gw-own", 1)), der(gateway_key)))
+    assert refused.value.sqlstate == "BC403"
+    assert sql.execute("SELECT state FROM compute.join_tokens WHERE token_id = %s",
+                       (minted["token_id"],)).fetchone()[0] == "active"
+
+
+def test_a_gateway_cannot_decide_a_certificate_request(node: Node, gateway_login: psycopg.Connection) -> None:
+    """Issuance is the signer's (bc_worker): a gateway login may not hand back a certificate."""
+    for statement in ("SELECT worker_api.svid_issued(gen_random_uuid(), NULL, 'pem', '\\x00')",
+                      "SELECT worker_api.svid_requests_due(1)"):
+        with pytest.raises(psycopg.Error) as refused:
+            gateway_login.execute(statement)
+        assert refused.value.sqlstate == "42501"  # insufficient privilege

@@ -14,9 +14,11 @@ SELECT '[{"profile": "3g.71gb", "placement": 4, "gi": 2, "ci": 0, "uuid": "MIG-0
 -- The join first: it makes the layout's temporary table as bc_owner (SECURITY DEFINER), which the
 -- test's own role can use after it, and not the other way round.
 SELECT pgtap_fixtures.api('joinTokens.create', pgtap_fixtures.tenant('A'), jsonb_build_object('pool_id', :'pool')) -> 'data' AS minted \gset
-SELECT lives_ok(format('SELECT node_api.join(%L, %L, %L)', :'minted'::jsonb ->> 'token',
-                       pgtap_fixtures.inventory('split-join', 1, 'NVIDIA H200', false, :'split'),
-                       '\x3059301306072a8648ce3d020106082a8648ce3d03010703420004'::bytea || decode(repeat('ab', 64), 'hex')),
+SELECT '\x3059301306072a8648ce3d020106082a8648ce3d03010703420004'::bytea || decode(repeat('ab', 64), 'hex') AS key,
+       sha256(convert_to(:'minted'::jsonb ->> 'token', 'UTF8')) AS hashed \gset
+SELECT lives_ok(format('SELECT node_api.join_request(%L, %L, %L, %L, %L, %L)', sha256(:'hashed'::bytea),
+                       compute.hmac_sha256(:'hashed'::bytea, convert_to(E'bc-v1\njoin\n', 'UTF8') || :'key'::bytea),
+                       pgtap_fixtures.inventory('split-join', 1, 'NVIDIA H200', false, :'split'), :'key'::bytea, 'csr', 'gw-1'),
                 'a node with a GPU instance of two compute instances joins with a token');
 
 SELECT lives_ok(format('SELECT compute.node_register(%L, %L, %L)', :'pool', 'split-node',

@@ -12,7 +12,11 @@ SELECT set_eq($$
        AND has_function_privilege('bc_gateway', p.oid, 'EXECUTE')
        AND has_schema_privilege('bc_gateway', n.oid, 'USAGE')
 $$, ARRAY['node_api.now()',
-          'node_api."join"(text,jsonb,bytea)',
+          'node_api.join_request(bytea,bytea,jsonb,bytea,text,text)',
+          'node_api.renew_request(uuid,bigint,text,text,bytea,jsonb)',
+          'node_api.gateway_certificate_request(text,text,bytea,text[])',
+          'node_api.certificate_get(uuid)',
+          'node_api.trust_bundle()',
           'node_api.session_open(uuid,text)',
           'node_api.heartbeats(text,uuid[],bigint[])',
           'node_api.session_close(uuid,bigint)',
@@ -22,6 +26,7 @@ $$, ARRAY['node_api.now()',
           'node_api.report(uuid,bigint,jsonb)',
           'node_api.error_contract()',
           -- removed writes: they only answer UNSUPPORTED (pgtap/nodes/removed_gateway_writes_are_unsupported.sql)
+          'node_api."join"(text,jsonb,bytea)',  -- took the raw join token (issue 20)
           'node_api.node_public_key(uuid)',
           'node_api.inventory_report(uuid,bigint,jsonb)',
           'node_api.node_key_renewed(uuid,bigint,bytea)',

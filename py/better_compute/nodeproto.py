@@ -78,11 +78,13 @@ class ProtocolError(Exception):
 
 @dataclass(frozen=True)
 class Join:
-    """node: its token, CSR (PEM) and inventory, the envelope signed with the CSR's key."""
+    """node: its token bound to its key (pki/binding.py: token_ref and proof, base64; the token itself
+    never crosses the gateway), CSR (PEM) and inventory, the envelope signed with the CSR's key."""
 
     TYPE: ClassVar[str] = "join"
     LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
-    token: str
+    token_ref: str
+    proof: str
     csr: str
     inventory: Envelope
 
@@ -176,11 +178,13 @@ class Key:
 
 @dataclass(frozen=True)
 class Renew:
-    """node: a CSR (PEM) for its next SVID (the same key or a new one)."""
+    """node: a CSR (PEM) for its next SVID (the same key or a new one), and the node.renew envelope
+    signed by its registered key (pki/binding.py), which the signer verifies."""
 
     TYPE: ClassVar[str] = "renew"
     LIMIT: ClassVar[int] = PEM_BYTES
     csr: str
+    proof: Envelope
 
 
 @dataclass(frozen=True)

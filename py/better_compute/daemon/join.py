@@ -2,6 +2,8 @@
 
 The node makes its key (it never leaves the node) and a CSR naming its hostname, collects its
 inventory and signs it with the same key, so the gateway knows the inventory came with the CSR.
+The token itself never leaves the node either: it sends a reference and an HMAC binding the token
+to its key (pki/binding.py), so the gateway cannot spend it on a key of its own.
 It trusts the gateway through `--ca-file` (the node CA, handed out with the token), since it has
 no CA of its own yet. What `joined` answers (node id, SVID, CA, intent key) is checked and kept in
 the state directory; an `error` answer is raised as JoinRefused, and nothing is kept.
@@ -18,6 +20,7 @@ from better_compute.daemon.runtime import ANSWER_SECONDS, Clock, dial, endpoint,
 from better_compute.daemon.state import Credentials, NodeState
 from better_compute.nodeproto import INVALID_ARGUMENT, JOIN_PATH, Error, Join, Joined, ProtocolError, decode, encode
 from better_compute.pki import make_csr, sign_envelope
+from better_compute.pki.binding import join_token_binding, public_key_der
 
 
 class JoinRefused(Exception):
@@ -41,7 +44,8 @@ async def join(gateway: str, token: str, ca_file: Path, state: NodeState, driver
     key = state.key()
     inventory = await asyncio.to_thread(driver.collect)
     hostname = inventory["hostname"]
-    request = Join(token, make_csr(key, hostname), sign_envelope("inventory", inventory, key))
+    token_ref, proof = join_token_binding(token, public_key_der(key.public_key()))  # the token stays here
+    request = Join(token_ref, proof, make_csr(key, hostname), sign_envelope("inventory", inventory, key))
     async with dial(endpoint(gateway, JOIN_PATH), ssl.create_default_context(cafile=ca_file)) as connection:
         await connection.send(encode(request))
         async with asyncio.timeout(ANSWER_SECONDS):

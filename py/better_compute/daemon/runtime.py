@@ -45,8 +45,9 @@ from better_compute.daemon.telemetry import Telemetry
 from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT, NODE_MESSAGE_BYTES, OBSERVED_REPORT,
                                       RESULT_REPORT, SESSION_PATH, UNSUPPORTED, Certificate, Command, Envelope, Error,
                                       Heartbeat, Hello, Inventory, Message, Observed, ProtocolError, Renew, Result, Spec,
-                                      decode, encode, report_body)
+                                      decode, encode, read_intent_key, report_body)
 from better_compute.pki import EnvelopeError, PkiError, make_csr, open_envelope, renew_at, sign_envelope
+from better_compute.pki.binding import RENEW_PURPOSE, public_key_der, renewal_body
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +168,11 @@ class Daemon:
         return renew_at(self.credentials.certificate)
 
     def renewal(self) -> Renew:
-        """A CSR for the next SVID, with the same key: the node's signatures keep their key."""
-        return Renew(make_csr(self.credentials.key, self.credentials.hostname))
+        """A CSR for the next SVID, with the same key (the node's signatures keep their key), and the
+        renewal signed with it under this session (the signer verifies it; pki/binding.py)."""
+        key = self.credentials.key
+        body = renewal_body(str(self.node_id), self.epoch, public_key_der(key.public_key()))
+        return Renew(make_csr(key, self.credentials.hostname), sign_envelope(RENEW_PURPOSE, body, key))
 
     # -- coming down -----------------------------------------------------------------------------
 
@@ -189,10 +193,15 @@ class Daemon:
 
     def open_intent(self, envelope: Envelope, purpose: str) -> dict[str, Any]:
         """The body of a spec or command signed by the control plane for this node."""
-        try:
-            body = open_envelope(envelope, self.credentials.intent_key, purpose)
-        except EnvelopeError as error:
-            raise Rejected(f"the {purpose} envelope does not verify: {error}") from None
+        body, refusal = None, EnvelopeError("no intent key")
+        for key in self.credentials.intent_keys:  # two during an intent key rollover
+            try:
+                body = open_envelope(envelope, key, purpose)
+                break
+            except EnvelopeError as error:
+                refusal = error
+        if body is None:
+            raise Rejected(f"the {purpose} envelope does not verify: {refusal}") from None
         if body.get("node_id") != str(self.node_id):
             raise Rejected(f"the {purpose} is for node {body.get('node_id')!r:.60}, not {self.node_id}")
         return body
@@ -200,6 +209,36 @@ class Daemon:
     def refuse(self, rejected: Rejected) -> list[Message]:
         log.warning("%s: not applied", rejected)
         return [Error(INVALID_ARGUMENT, str(rejected), "Intent must be signed by the control plane for this node.")]
+
+    def keep_bundle(self, bundle: Any) -> None:
+        """The node CAs to trust, as the signed spec lists them (a CA rotation reaches the node this
+        way); unchanged, absent (an older worker) or unreadable: the bundle of before stays."""
+        if not isinstance(bundle, list) or not bundle or not all(isinstance(pem, str) for pem in bundle):
+            return
+        text = "".join(bundle)
+        if text == self.state.bundle_text():
+            return
+        try:
+            self.credentials = self.state.save_bundle(self.credentials, text)
+        except PkiError as error:
+            log.error("the trust bundle of the spec is refused: %s", error)
+            return
+        log.info("trust bundle updated: %d node CA(s)", len(bundle))
+
+    def keep_intent_keys(self, texts: Any) -> None:
+        """The intent keys the signed spec lists (an intent key rollover: the next one before the
+        switch, the previous one after it); unchanged, absent or unreadable: the keys of before stay."""
+        if not isinstance(texts, list) or not texts or not all(isinstance(text, str) for text in texts):
+            return
+        try:
+            keys = tuple(read_intent_key(text) for text in texts)
+        except ProtocolError as error:
+            log.error("the intent keys of the spec are refused: %s", error)
+            return
+        if keys == self.credentials.intent_keys:
+            return
+        self.credentials = self.state.save_intent_keys(self.credentials, keys)
+        log.info("intent keys updated: %d accepted", len(keys))
 
     def apply_spec(self, envelope: Envelope) -> list[Message]:
         """Converge the CDI file to a verified spec and report what was applied. A generation older
@@ -218,6 +257,10 @@ class Daemon:
         if last is not None and generation < last:
             log.info("spec generation %d is older than the applied %d: skipped", generation, last)
             return []
+        # Trust comes only with a spec not older than the one applied: a replayed old spec (a relay
+        # can replay) cannot bring back a retired CA or intent key.
+        self.keep_bundle(body.get("trust_bundle"))
+        self.keep_intent_keys(body.get("intent_keys"))
         self.gpus = spec["gpus"] if isinstance(spec.get("gpus"), list) else []
         changed, gpu_conditions = self.converge_gpus(spec["devices"])
         first = self.inventory_after_change(changed)

@@ -4,31 +4,35 @@
 The node has no certificate yet, so this is the one path without a client certificate. What it
 proves instead: it holds the key of its CSR (the CSR's own signature, and the inventory envelope
 signed with the same key: the inventory cannot be swapped for another on the way), and it holds a
-token (node_api.join consumes it in one statement: of two joins with one token, one wins; every
-invalid token is the same ACCESS_DENIED). Only then does the CA sign; the SPIFFE ID carries the
-node id the database gave, never anything the node asked for.
+token bound to that key (pki/binding.py: the gateway sees a reference and an HMAC over the key,
+never the token, so it cannot spend it on a key of its own; node_api.join_request consumes it in
+one statement: of two joins with one token, one wins; every invalid token is the same
+ACCESS_DENIED). The database records the SVID request; the signer, not this gateway, issues it
+(issue 20); the SPIFFE ID carries the node id the database gave, never anything the node asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from uuid import UUID
 
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from websockets.frames import CloseCode
 
-from better_compute.clock import Clock
 from better_compute.db import AsyncDatabase, ContractError
 from better_compute.gateway.channel import Channel
+from better_compute.gateway.issuance import Issuance
 from better_compute.gateway.metrics import GatewayMetrics
 from better_compute.nodeproto import INVALID_ARGUMENT, JOIN_PATH, Join, Joined, ProtocolError, intent_key_text
-from better_compute.pki import (CertificateAuthority, IntentSigner, PkiError, ca_trust_domain, issue_svid,
-                                load_public_key, open_envelope, read_csr)
+from better_compute.pki import IntentSigner, PkiError, ca_trust_domain, load_public_key, open_envelope, read_csr
+from better_compute.pki.binding import public_key_der
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +51,23 @@ def intent_public_key(path: Path) -> Ed25519PublicKey:
     return IntentSigner(path).private_key.public_key()
 
 
+def bundle_pem(bundle: list[x509.Certificate]) -> str:
+    return "".join(ca.public_bytes(serialization.Encoding.PEM).decode("ascii") for ca in bundle)
+
+
+def base64_field(value: str, name: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError(INVALID_ARGUMENT, f"{name} is not base64") from None
+
+
 @dataclass(frozen=True)
 class Joiner:
     db: AsyncDatabase
-    ca: CertificateAuthority
+    issuance: Issuance
+    gateway: str
     intent_key: Ed25519PublicKey
-    clock: Clock
-    svid_lifetime: timedelta
     metrics: GatewayMetrics
 
     async def handle(self, channel: Channel) -> None:
@@ -73,13 +87,13 @@ class Joiner:
     async def join(self, message: Join) -> Joined:
         csr = read_csr(message.csr)
         inventory = open_envelope(message.inventory, csr.public_key, "inventory")
-        public_key = csr.public_key.public_bytes(serialization.Encoding.DER,
-                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
-        answer = await self.db.call("node_api.join", message.token, inventory, public_key)
+        answer = await self.db.call("node_api.join_request", base64_field(message.token_ref, "token_ref"),
+                                    base64_field(message.proof, "proof"), inventory, public_key_der(csr.public_key),
+                                    message.csr, self.gateway)
         node_id = UUID(answer["node_id"])
-        certificate = issue_svid(self.ca, message.csr, node_id, self.clock.now(), self.svid_lifetime)
+        certificate = await self.issuance.certificate(UUID(answer["request_id"]))
+        bundle = await self.issuance.bundle()
         self.metrics.joins.inc()
         log.info("node %s (%s) joined pool %s", node_id, csr.hostname, answer["pool_id"])
-        return Joined(str(node_id), certificate,
-                      self.ca.certificate.public_bytes(serialization.Encoding.PEM).decode("ascii"),
-                      intent_key_text(self.intent_key), ca_trust_domain(self.ca.certificate))
+        return Joined(str(node_id), certificate, bundle_pem(bundle), intent_key_text(self.intent_key),
+                      ca_trust_domain(bundle[0]))

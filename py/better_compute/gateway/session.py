@@ -28,7 +28,6 @@ import enum
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -45,7 +44,9 @@ from better_compute.gateway.metrics import GatewayMetrics
 from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, JOIN_PATH, SESSION_PATH, Certificate, Command, Error,
                                       Heartbeat, Hello, Inventory, Key, Message, Observed, ProtocolError, Renew, Result,
                                       Spec)
-from better_compute.pki import CertificateAuthority, PkiError, renew_svid, verify_svid
+from better_compute.gateway.issuance import Issuance
+from better_compute.pki import PkiError, read_csr, verify_svid
+from better_compute.pki.binding import public_key_der
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +61,15 @@ RECONNECT_SECONDS = 1.0
 class SessionSettings:
     gateway: str  # this gateway's name in node_sessions
     heartbeat_seconds: float
-    svid_lifetime: timedelta
 
 
-@dataclass(frozen=True)
+@dataclass
 class SessionContext:
-    """What every session of the gateway shares."""
+    """What every session of the gateway shares; `bundle` is the node CAs trusted now (refreshed)."""
 
     db: AsyncDatabase
-    ca: CertificateAuthority
+    issuance: Issuance
+    bundle: list[x509.Certificate]
     clock: Clock
     settings: SessionSettings
     metrics: GatewayMetrics
@@ -129,11 +130,15 @@ class Session:
                 pass
             case Inventory(envelope) | Observed(envelope) | Result(envelope) | Key(envelope):
                 await self.context.db.call("node_api.report", self.node_id, self.epoch, Jsonb(envelope))
-            case Renew(csr):
-                pem = renew_svid(self.context.ca, self.certificate, csr, self.context.clock.now(),
-                                 self.context.settings.svid_lifetime)
-                # A session may outlive many SVIDs: the next renewal presents this one. A new key in
-                # it signs nothing the worker accepts until the node's `key` report is verified.
+            case Renew(csr, proof):
+                # The signer issues it (issue 20): it checks the node's signature over the renewal
+                # with the registered key; the database, that the session is current and the node
+                # not quarantined. A new key in it signs nothing the worker accepts until the
+                # node's `key` report is verified.
+                request_id = await self.context.db.call(
+                    "node_api.renew_request", self.node_id, self.epoch, self.context.settings.gateway, csr,
+                    public_key_der(read_csr(csr).public_key), Jsonb(proof))
+                pem = await self.context.issuance.certificate(request_id)
                 self.certificate = x509.load_pem_x509_certificate(pem.encode("ascii"))
                 await self.channel.send(Certificate(pem))
             case Error(code, text, _hint):
@@ -208,10 +213,11 @@ class Sessions:
                 raise ProtocolError(ACCESS_DENIED, "a session needs the node's SVID as its TLS client certificate",
                                     f"Join first ({JOIN_PATH}), then dial {SESSION_PATH} with the certificate.")
             try:
-                node_id = verify_svid(self.context.ca.certificate, certificate, self.context.clock.now()).node_id
+                node_id = verify_svid(self.context.bundle, certificate, self.context.clock.now()).node_id
             except PkiError as error:
-                raise ProtocolError(ACCESS_DENIED, f"the client certificate is not a valid SVID: {error}",
-                                    "Renew the certificate before it expires, or join again.") from None
+                raise ProtocolError(ACCESS_DENIED, f"the client certificate is not a valid SVID of a trusted node CA: "
+                                    f"{error}", "Renew the certificate before it expires; a node whose SVID expired "
+                                    "or comes from a node CA rotated out since must join again with a new token.") from None
             epoch = await self.context.db.call("node_api.session_open", node_id, self.context.settings.gateway)
         except (ContractError, ProtocolError) as refused:
             log.info("session from %s refused: %s", channel.peer, refused)

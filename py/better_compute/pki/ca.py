@@ -11,21 +11,26 @@ request: a node can renew itself and nobody else.
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 from uuid import UUID
 
+from asn1crypto import x509 as asn1_x509
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from better_compute.pki.csr import read_csr
+from better_compute.pki.csr import check_hostname, read_csr
 from better_compute.pki.identity import SCHEME, NodeIdentity, check_trust_domain, node_identity
 from better_compute.pki.keys import (CERTIFICATE_CURVE, PkiError, check_certificate_key, create_file_once,
                                      load_or_create_private_key)
+from better_compute.pki.pkcs11 import Pkcs11CaKey
 from better_compute.pki.svid import BACKDATE, DEFAULT_LIFETIME, ca_trust_domain, svid_validity, utc_seconds, verify_svid
 
 CA_LIFETIME = timedelta(days=3650)
@@ -52,11 +57,34 @@ class CertificateSigner(Protocol):
         """An X.509-SVID (svid.py's profile) for the request's key, SPIFFE ID and validity period."""
 
 
-class CertificateAuthority:
-    """The embedded signer: an ECDSA P-256 key in a PEM file (created, mode 0600, when missing) and
-    its self-signed CA certificate in a file next to it (created when missing)."""
+CaKey = ec.EllipticCurvePrivateKey | Pkcs11CaKey
 
-    def __init__(self, key: ec.EllipticCurvePrivateKey, certificate: x509.Certificate):
+
+def sign_certificate(builder: x509.CertificateBuilder, key: CaKey) -> x509.Certificate:
+    """The certificate of `builder`, signed by the CA key (ECDSA, SHA-256), in a file or a PKCS#11 token."""
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return builder.sign(key, hashes.SHA256())
+    # cryptography signs only with keys it holds: the to-be-signed part is made with a throwaway key
+    # of the same type (so the same signature algorithm), signed in the token, then assembled.
+    draft = builder.sign(ec.generate_private_key(CERTIFICATE_CURVE()), hashes.SHA256())
+    tbs = draft.tbs_certificate_bytes
+    signature = key.sign(tbs)
+    try:
+        key.public_key().verify(signature, tbs, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        raise PkiError("the PKCS#11 token's signature does not verify with its public key") from None
+    der = asn1_x509.Certificate({"tbs_certificate": asn1_x509.TbsCertificate.load(tbs),
+                                 "signature_algorithm": {"algorithm": "sha256_ecdsa"},
+                                 "signature_value": signature}).dump()
+    return x509.load_der_x509_certificate(der)
+
+
+class CertificateAuthority:
+    """The embedded signer: an ECDSA P-256 key in a PEM file (created, mode 0600, when missing) or in
+    a PKCS#11 token (pkcs11.py), and its self-signed CA certificate in a file (created when missing;
+    by default next to the key file, .crt)."""
+
+    def __init__(self, key: CaKey, certificate: x509.Certificate):
         if certificate.public_key() != key.public_key():
             raise PkiError("the CA certificate is not the certificate of the CA key")
         self.key = key
@@ -71,6 +99,11 @@ class CertificateAuthority:
         key = load_or_create_private_key(key_path, lambda: ec.generate_private_key(CERTIFICATE_CURVE()))
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise PkiError(f"{key_path} does not hold an ECDSA P-256 private key")
+        return cls.of_key(key, trust_domain, now, cert_path)
+
+    @classmethod
+    def of_key(cls, key: CaKey, trust_domain: str, now: datetime, cert_path: Path) -> CertificateAuthority:
+        """The CA of `key` (a file's or a token's), its certificate at `cert_path` (made when missing)."""
         check_certificate_key(key.public_key())
         if not cert_path.exists():
             certificate = self_signed_ca_certificate(key, trust_domain, now)
@@ -99,7 +132,7 @@ class CertificateAuthority:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
         )
-        return builder.sign(self.key, hashes.SHA256())
+        return sign_certificate(builder, self.key)
 
 
 def key_usage(*, digital_signature: bool = False, key_cert_sign: bool = False, crl_sign: bool = False) -> x509.KeyUsage:
@@ -108,7 +141,7 @@ def key_usage(*, digital_signature: bool = False, key_cert_sign: bool = False, c
                          crl_sign=crl_sign, encipher_only=False, decipher_only=False)
 
 
-def self_signed_ca_certificate(key: ec.EllipticCurvePrivateKey, trust_domain: str, now: datetime) -> x509.Certificate:
+def self_signed_ca_certificate(key: CaKey, trust_domain: str, now: datetime) -> x509.Certificate:
     """The root of a trust domain, itself a signing SVID (X.509-SVID §3.2): URI SAN `spiffe://{trust-domain}`,
     cA true with no CA below it, keyCertSign and cRLSign."""
     public_key = key.public_key()
@@ -127,7 +160,42 @@ def self_signed_ca_certificate(key: ec.EllipticCurvePrivateKey, trust_domain: st
             [x509.UniformResourceIdentifier(f"{SCHEME}{check_trust_domain(trust_domain)}")]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     )
-    return builder.sign(key, hashes.SHA256())
+    return sign_certificate(builder, key)
+
+
+def issue_server_certificate(ca: CertificateAuthority, public_key: ec.EllipticCurvePublicKey, name: str,
+                             names: Sequence[str], now: datetime, lifetime: timedelta) -> x509.Certificate:
+    """A gateway's serverAuth certificate for `public_key`, for the gateway `name` at `names` (DNS names
+    or addresses), with the SPIFFE ID `spiffe://{trust-domain}/gateway/{name}`."""
+    not_before, not_after = svid_validity(now, lifetime)
+    spiffe_id = f"spiffe://{ca_trust_domain(ca.certificate)}/gateway/{check_hostname(name)}"
+    check_certificate_key(public_key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(subject_alternative_names(names, spiffe_id), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(key_usage(digital_signature=True), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+    )
+    return sign_certificate(builder, ca.key)
+
+
+def subject_alternative_names(names: Sequence[str], spiffe_id: str) -> x509.SubjectAlternativeName:
+    general: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_id)]
+    for name in names:
+        try:
+            general.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            general.append(x509.DNSName(name))
+    return x509.SubjectAlternativeName(general)
 
 
 def issue_svid(ca: CertificateSigner, csr_pem: str | bytes, node_id: UUID, now: datetime,

@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 from better_compute.pki.keys import PkiError, check_certificate_key, describe_key, load_or_create_private_key
+from better_compute.pki.pkcs11 import Pkcs11IntentKey
 
 ENVELOPE_VERSION = 1
 ENVELOPE_FIELDS = frozenset({"v", "purpose", "body", "sig"})
@@ -45,7 +46,7 @@ PURPOSE = re.compile(r"[a-z][a-z0-9_.]{0,63}")  # no newline: the purpose ends w
 BODY_BYTES_MAX = 1 << 20
 KEY_PROOF_PURPOSE = "node.key.proof"  # what a node's new key signs (key_proof)
 
-SigningKey = Ed25519PrivateKey | ec.EllipticCurvePrivateKey
+SigningKey = Ed25519PrivateKey | Pkcs11IntentKey | ec.EllipticCurvePrivateKey
 VerifyingKey = Ed25519PublicKey | ec.EllipticCurvePublicKey
 
 
@@ -93,8 +94,9 @@ def signed_message(purpose: str, body: Mapping[str, Any]) -> bytes:
 
 
 def sign_message(message: bytes, key: SigningKey) -> bytes:
-    """The signature of `message` with an Ed25519 key or a node's P-256 key (ECDSA, SHA-256)."""
-    if isinstance(key, Ed25519PrivateKey):
+    """The signature of `message` with an Ed25519 key (in a file, or a PKCS#11 token) or a node's
+    P-256 key (ECDSA, SHA-256)."""
+    if isinstance(key, (Ed25519PrivateKey, Pkcs11IntentKey)):
         return key.sign(message)
     if isinstance(key, ec.EllipticCurvePrivateKey):
         check_certificate_key(key.public_key())
@@ -186,13 +188,17 @@ def envelope_key(key: PublicKeyTypes) -> VerifyingKey:
 
 
 class IntentSigner:
-    """The control plane's intent key (Ed25519) in a PEM file, created (mode 0600) on first use."""
+    """The control plane's intent key (Ed25519) in a PEM file, created (mode 0600) on first use; or,
+    given `token_key`, in a PKCS#11 token (pkcs11.py)."""
 
-    def __init__(self, key_path: Path | str):
+    def __init__(self, key_path: Path | str, token_key: Pkcs11IntentKey | None = None):
         self.key_path = Path(key_path)
+        self.token_key = token_key
 
     @cached_property
-    def private_key(self) -> Ed25519PrivateKey:
+    def private_key(self) -> Ed25519PrivateKey | Pkcs11IntentKey:
+        if self.token_key is not None:
+            return self.token_key
         key = load_or_create_private_key(self.key_path, Ed25519PrivateKey.generate)
         if not isinstance(key, Ed25519PrivateKey):
             raise PkiError(f"{self.key_path} does not hold an Ed25519 private key")

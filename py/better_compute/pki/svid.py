@@ -11,6 +11,7 @@ without any revocation list.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 from cryptography import x509
@@ -57,12 +58,17 @@ def ca_trust_domain(ca_cert: x509.Certificate) -> str:
     return check_trust_domain(uris[0][len(SCHEME):])
 
 
-def verify_svid(ca_cert: x509.Certificate, cert: x509.Certificate, now: datetime) -> NodeIdentity:
-    """The node `cert` identifies, when it is a valid SVID at `now` issued by `ca_cert`: the chain and
-    validity period (RFC 5280 path validation by `cryptography`), the leaf profile, the SPIFFE ID's
-    form and trust domain. Anything else raises PkiError."""
-    trust_domain = ca_trust_domain(ca_cert)
-    verifier = PolicyBuilder().store(Store([ca_cert])).time(utc_seconds(now)).build_client_verifier()
+def verify_svid(ca_cert: x509.Certificate | Sequence[x509.Certificate], cert: x509.Certificate,
+                now: datetime) -> NodeIdentity:
+    """The node `cert` identifies, when it is a valid SVID at `now` issued by `ca_cert` (or by one CA
+    of a trust bundle, during a CA rotation): the chain and validity period (RFC 5280 path validation
+    by `cryptography`), the leaf profile, the SPIFFE ID's form and trust domain. Anything else
+    raises PkiError."""
+    bundle = [ca_cert] if isinstance(ca_cert, x509.Certificate) else list(ca_cert)
+    if not bundle:
+        raise PkiError("the trust bundle holds no node CA")
+    trust_domain = ca_trust_domain(bundle[0])
+    verifier = PolicyBuilder().store(Store(bundle)).time(utc_seconds(now)).build_client_verifier()
     try:
         verifier.verify(cert, [])
     except VerificationError as error:

@@ -147,7 +147,11 @@ def sign_node_spec(db: Database, intent: IntentSigner) -> Handler:
     def sign(item: WorkItem) -> None:
         node_id = UUID(item.key)
         for row in db.rows("worker_api.node_spec_to_sign", node_id):
-            body = {"node_id": str(node_id), "generation": row["generation"], "spec": row["spec"]}
+            # The trust bundle and the intent keys ride along: how a rotation of the node CA or of
+            # the intent key reaches the nodes (docs/nodes.md).
+            body = {"node_id": str(node_id), "generation": row["generation"], "spec": row["spec"],
+                    "trust_bundle": db.call("worker_api.node_trust_bundle"),
+                    "intent_keys": db.call("worker_api.node_intent_keys")}
             db.call("worker_api.node_spec_signed", node_id, row["generation"], intent.sign("spec", body))
     return sign
 
