@@ -149,11 +149,13 @@ BEGIN
         'start', lower(r.during), 'end', upper(r.during), 'same_node', r.same_node,
         'expires_at', r.expires_at, 'hold_until', r.hold_until, 'created_at', r.created_at,
         'ended_at', r.ended_at, 'end_reason', r.end_reason,
+        'readiness', compute.reservation_readiness(r.reservation_id),
         'bookings', coalesce((
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'atom_id', a.atom_id, 'node', n.name, 'device_uuid', d.uuid, 'kind', a.kind,
                        'profile', a.profile, 'placement', a.placement, 'slot', a.slot,
-                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', b.state)
+                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', b.state,
+                       'readiness', compute.booking_readiness(b.booking_id))
                    ORDER BY n.name, d.index, a.placement, a.slot)
               FROM compute.bookings AS b
               JOIN compute.atoms AS a ON a.atom_id = b.atom_id
