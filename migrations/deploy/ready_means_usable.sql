@@ -181,6 +181,11 @@ COMMENT ON FUNCTION compute.reservation_readiness(uuid) IS 'A reservation''s rea
 
 -- -- ops (bc_operator) --------------------------------------------------------------------------------
 
+CREATE FUNCTION ops.booking_readiness(p_booking_id bigint) RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
+AS $$ SELECT compute.booking_readiness(p_booking_id) $$;
+COMMENT ON FUNCTION ops.booking_readiness(bigint) IS 'A booking''s readiness (what ops.readiness shows), for operators.';
+
 CREATE VIEW ops.readiness AS
     SELECT b.booking_id, b.reservation_id, b.tenant_id, n.name AS node, b.node_id, d.uuid AS device_uuid, a.kind, a.profile, a.placement,
            a.slot, x.r ->> 'state' AS state, x.r ->> 'reason' AS reason, g.granted_generation, s.observed_generation
@@ -190,7 +195,7 @@ CREATE VIEW ops.readiness AS
       JOIN compute.nodes AS n ON n.node_id = b.node_id
       LEFT JOIN compute.node_grants AS g ON g.booking_id = b.booking_id
       LEFT JOIN compute.node_specs AS s ON s.node_id = b.node_id
-      CROSS JOIN LATERAL (SELECT compute.booking_readiness(b.booking_id) AS r) AS x
+      CROSS JOIN LATERAL (SELECT ops.booking_readiness(b.booking_id) AS r) AS x
      WHERE b.state = 'active' AND b.during @> ops.now();
 COMMENT ON VIEW ops.readiness IS 'Every booking holding now: ready, waiting_for_node or failed, and why.';
 

@@ -181,6 +181,7 @@ COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its
 DROP FUNCTION ops.node_fence(text, text);
 DROP VIEW ops.withdrawals;
 DROP VIEW ops.readiness;
+DROP FUNCTION ops.booking_readiness(bigint);
 DROP FUNCTION compute.reservation_readiness(uuid);
 DROP FUNCTION compute.booking_readiness(bigint);
 DROP FUNCTION compute.node_observed(uuid, jsonb);

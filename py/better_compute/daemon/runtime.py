@@ -41,6 +41,7 @@ from better_compute.daemon.drivers import InventoryDriver, InventoryError
 from better_compute.daemon.journal import DEFAULT_BOUND, Journal
 from better_compute.daemon.state import Credentials, NodeState
 from better_compute.daemon.telemetry import Telemetry
+from better_compute.daemon.withdrawal import grace_seconds, withdraw
 from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT, NODE_MESSAGE_BYTES, OBSERVED_REPORT,
                                       RESULT_REPORT, SESSION_PATH, UNSUPPORTED, Certificate, Command, Envelope, Error,
                                       Heartbeat, Hello, Inventory, Message, Observed, ProtocolError, Renew, Result, Spec,
@@ -214,7 +215,8 @@ class Daemon:
             log.info("spec generation %d is older than the applied %d: skipped", generation, last)
             return []
         try:
-            cdi = self.cdi_spec(generation, spec["devices"])
+            inventory = self.driver.collect()
+            cdi = self.cdi_spec(generation, spec["devices"], inventory)
             write_spec(cdi, self.cdi_path)
         except (InventoryError, CdiError, KeyError, TypeError, OSError) as error:
             log.error("spec generation %d cannot be applied: %s%s", generation, error, self.withdraw(spec["devices"]))
@@ -228,12 +230,26 @@ class Daemon:
                  len(cdi.document["devices"]) if cdi.document else 0,
                  f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "",
                  f", not writable {', '.join(name for name, _ in cdi.refused)}" if cdi.refused else "")
-        return [self.observed(generation, spec_conditions(cdi))]
+        conditions = spec_conditions(cdi)
+        withdrawn = self.withdraw_processes(spec, inventory, conditions)
+        return [self.observed(generation, conditions, list(cdi.devices), withdrawn)]
 
-    def cdi_spec(self, generation: int, devices: list[Any]) -> CdiSpec:
-        """The CDI spec of these bookings on the node as the driver sees it now, with the driver's
-        files every device shares."""
-        inventory = self.driver.collect()
+    def withdraw_processes(self, spec: dict[str, Any], inventory: dict[str, Any],
+                           conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Stop the processes on GPUs and MIG instances the spec no longer grants (withdrawal.py);
+        the report's `withdrawal`, or None (and a WithdrawalFailed condition) when the driver cannot
+        list or stop them: the control plane then keeps the next holders waiting."""
+        try:
+            return withdraw(self.driver, spec["devices"], inventory, grace_seconds(spec)).report()
+        except Exception as error:  # whatever the driver raised: the withdrawal is not confirmed
+            log.error("processes on devices no longer granted cannot be stopped: %s", error)
+            conditions.append({"type": "WithdrawalFailed", "message": f"{type(error).__name__}: {error}"[:1000]})
+            return None
+
+    def cdi_spec(self, generation: int, devices: list[Any], inventory: dict[str, Any] | None = None) -> CdiSpec:
+        """The CDI spec of these bookings on the node as the driver sees it now (`inventory`, or
+        collected now), with the driver's files every device shares."""
+        inventory = self.driver.collect() if inventory is None else inventory
         return build_spec({"generation": generation, "devices": devices}, inventory,
                           self.driver.common_edits(inventory))
 
@@ -273,8 +289,16 @@ class Daemon:
             log.warning("the CDI file had drifted from spec generation %d: rewritten", generation)
         return drifted
 
-    def observed(self, generation: int, conditions: list[dict[str, Any]]) -> Observed:
-        return Observed(self.report(OBSERVED_REPORT, {"generation": generation, "conditions": conditions}))
+    def observed(self, generation: int, conditions: list[dict[str, Any]], devices: list[dict[str, Any]] | None = None,
+                 withdrawal: dict[str, Any] | None = None) -> Observed:
+        """The acknowledgement of `generation`: the node's conditions and, for a spec applied, per
+        booking whether its device is exposed and what was withdrawn (compute.node_observed)."""
+        payload: dict[str, Any] = {"generation": generation, "conditions": conditions}
+        if devices is not None:
+            payload["devices"] = devices
+        if withdrawal is not None:
+            payload["withdrawal"] = withdrawal
+        return Observed(self.report(OBSERVED_REPORT, payload))
 
     def execute(self, envelope: Envelope) -> list[Message]:
         """Execute a verified command once. A repeated delivery is answered from the journal. A

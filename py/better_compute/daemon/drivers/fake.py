@@ -8,13 +8,21 @@ reboot is counted and shows as a new boot id, which is how the control plane see
 driver's files (the CDI spec's shared container edits) are read below a directory of the test's
 making, or are only the inventory's shared device nodes. Its telemetry readings are deterministic
 (derived from each device's index), and a test can set others.
+
+GPU processes are of two sorts: `processes`, recorded entries that `terminate` only forgets, and
+`holders`, a JSON file of real processes a test started as if they used a GPU
+([{pid, gpu_uuid, gi, ci, used_memory_mib}]), listed while they live and really signalled by
+`terminate`. The driver signals no process that file does not name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
+import os
+import signal
 import uuid
 from pathlib import Path
 from typing import Any
@@ -54,10 +62,11 @@ class Driver:
 
     def __init__(self, path: str | Path, hostname: str | None = None,
                  processes: list[dict[str, Any]] | None = None, root: str | Path | None = None,
-                 nvidia_ctk: str | None = None) -> None:
+                 nvidia_ctk: str | None = None, holders: str | Path | None = None) -> None:
         recorded = json.loads(Path(path).read_text(encoding="utf-8"))
         self._document = recorded if hostname is None else as_host(recorded, hostname)
         self._processes = list(processes or [])
+        self._holders = None if holders is None else Path(holders)
         self._files = None if root is None else DriverFiles(root=Path(root), nvidia_ctk=nvidia_ctk)
         self.reboots = 0
         # (GPU uuid, MIG uuid or None) -> the reading to report instead of the derived one.
@@ -67,7 +76,26 @@ class Driver:
         return copy.deepcopy(self._document)
 
     def processes(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self._processes)
+        return copy.deepcopy(self._processes) + [
+            {"used_memory_mib": None, "gi": None, "ci": None} | holder for holder in self.holders() if alive(holder["pid"])]
+
+    def holders(self) -> list[dict[str, Any]]:
+        """The real processes the `holders` file names (none without one, or before it exists)."""
+        if self._holders is None:
+            return []
+        try:
+            return list(json.loads(self._holders.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return []
+
+    def terminate(self, pid: int, force: bool) -> None:
+        """Forget a recorded process; signal a real one the holders file names; leave any other."""
+        recorded = [process for process in self._processes if process["pid"] != pid]
+        if len(recorded) < len(self._processes):
+            self._processes = recorded
+        elif any(holder["pid"] == pid for holder in self.holders()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
 
     def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         """The driver files below `root` (a directory laid out like a driver installation), asking
@@ -96,3 +124,12 @@ class Driver:
         """Count the reboot and come back with a new boot id, as the rebooted machine would."""
         self.reboots += 1
         self._document["boot_id"] = str(derived_uuid(self._document["hostname"], "boot", self.reboots))
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, which its parent has not reaped yet, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
