@@ -41,7 +41,7 @@ from better_compute.daemon.drivers import InventoryDriver, InventoryError
 from better_compute.daemon.journal import DEFAULT_BOUND, Journal
 from better_compute.daemon.state import Credentials, NodeState
 from better_compute.daemon.telemetry import Telemetry
-from better_compute.daemon.withdrawal import grace_seconds, withdraw
+from better_compute.daemon import withdrawal
 from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT, NODE_MESSAGE_BYTES, OBSERVED_REPORT,
                                       RESULT_REPORT, SESSION_PATH, UNSUPPORTED, Certificate, Command, Envelope, Error,
                                       Heartbeat, Hello, Inventory, Message, Observed, ProtocolError, Renew, Result, Spec,
@@ -130,6 +130,7 @@ class Daemon:
         self.applied: tuple[int, list[Any]] | None = None
         self.epoch = 0  # of the session open now (its hello), and the number of the last report sent in it
         self.seq = 0
+        self.held_file = withdrawal.HeldFile(state.directory / withdrawal.HELD_FILE)
 
     @property
     def node_id(self) -> UUID:
@@ -216,6 +217,8 @@ class Daemon:
             return []
         try:
             inventory = self.driver.collect()
+            # The processes before any new holder's device is in the file: none of them is its.
+            running = self.running_processes()
             cdi = self.cdi_spec(generation, spec["devices"], inventory)
             write_spec(cdi, self.cdi_path)
         except (InventoryError, CdiError, KeyError, TypeError, OSError) as error:
@@ -231,16 +234,31 @@ class Daemon:
                  f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "",
                  f", not writable {', '.join(name for name, _ in cdi.refused)}" if cdi.refused else "")
         conditions = spec_conditions(cdi)
-        withdrawn = self.withdraw_processes(spec, inventory, conditions)
+        withdrawn = self.withdraw_processes(spec, inventory, running, conditions)
         return [self.observed(generation, conditions, list(cdi.devices), withdrawn)]
 
-    def withdraw_processes(self, spec: dict[str, Any], inventory: dict[str, Any],
-                           conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """Stop the processes on GPUs and MIG instances the spec no longer grants (withdrawal.py);
-        the report's `withdrawal`, or None (and a WithdrawalFailed condition) when the driver cannot
-        list or stop them: the control plane then keeps the next holders waiting."""
+    def running_processes(self) -> list[dict[str, Any]] | Exception:
+        """The driver's GPU processes now, or why it cannot list them."""
         try:
-            return withdraw(self.driver, spec["devices"], inventory, grace_seconds(spec)).report()
+            return self.driver.processes()
+        except Exception as error:  # whatever the driver raised: reported as WithdrawalFailed
+            return error
+
+    def withdraw_processes(self, spec: dict[str, Any], inventory: dict[str, Any],
+                           running: list[dict[str, Any]] | Exception,
+                           conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Stop the processes `running` (listed before the CDI file changed) whose GPU or MIG
+        instance the spec no longer grants or has handed over (withdrawal.py); the report's
+        `withdrawal`, or None (and a WithdrawalFailed condition) when the driver cannot list or
+        stop them: the control plane then keeps the next holders waiting."""
+        try:
+            if isinstance(running, Exception):
+                raise running
+            held = withdrawal.held_places(spec["devices"], inventory)
+            found = withdrawal.strays(running, held, self.held_file.load())
+            done = withdrawal.withdraw(self.driver, found, inventory, withdrawal.grace_seconds(spec))
+            self.held_file.save(held)
+            return done.report()
         except Exception as error:  # whatever the driver raised: the withdrawal is not confirmed
             log.error("processes on devices no longer granted cannot be stopped: %s", error)
             conditions.append({"type": "WithdrawalFailed", "message": f"{type(error).__name__}: {error}"[:1000]})
