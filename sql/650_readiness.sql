@@ -171,23 +171,25 @@ END
 $$;
 COMMENT ON FUNCTION compute.booking_readiness(bigint) IS 'Whether a booking''s device is usable: {state: ready|waiting_for_node|failed|not_running, reason}.';
 
-CREATE FUNCTION compute.reservation_readiness(p_reservation_id uuid)
+CREATE FUNCTION compute.bookings_readiness(p_bookings jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
+    -- Of a reservation's bookings (as reservation_document lists them, each with its readiness):
     -- failed when any device failed; ready when all are; else the first reason to wait.
     RETURN (SELECT CASE WHEN count(*) = 0 THEN pg_catalog.jsonb_build_object('state', 'not_running', 'reason', 'no bookings')
-                        WHEN bool_or(x.r ->> 'state' = 'failed') THEN (array_agg(x.r) FILTER (WHERE x.r ->> 'state' = 'failed'))[1]
+                        WHEN bool_or(x.r ->> 'state' = 'failed') THEN (array_agg(x.r ORDER BY x.n) FILTER (WHERE x.r ->> 'state' = 'failed'))[1]
                         WHEN bool_and(x.r ->> 'state' = 'ready') THEN pg_catalog.jsonb_build_object('state', 'ready', 'reason', NULL)
-                        WHEN bool_or(x.r ->> 'state' = 'waiting_for_node') THEN (array_agg(x.r) FILTER (WHERE x.r ->> 'state' = 'waiting_for_node'))[1]
-                        ELSE (array_agg(x.r))[1] END
+                        WHEN bool_or(x.r ->> 'state' = 'waiting_for_node')
+                            THEN (array_agg(x.r ORDER BY x.n) FILTER (WHERE x.r ->> 'state' = 'waiting_for_node'))[1]
+                        ELSE (array_agg(x.r ORDER BY x.n))[1] END
                    || pg_catalog.jsonb_build_object('devices_ready', count(*) FILTER (WHERE x.r ->> 'state' = 'ready'), 'devices', count(*))
-              FROM (SELECT compute.booking_readiness(b.booking_id) AS r FROM compute.bookings AS b
-                     WHERE b.reservation_id = p_reservation_id ORDER BY b.booking_id) AS x);
+              FROM (SELECT b.value -> 'readiness' AS r, b.ordinality AS n
+                      FROM pg_catalog.jsonb_array_elements(p_bookings) WITH ORDINALITY AS b) AS x);
 END
 $$;
-COMMENT ON FUNCTION compute.reservation_readiness(uuid) IS 'A reservation''s readiness: failed if a device failed, ready when all are, else why it waits.';
+COMMENT ON FUNCTION compute.bookings_readiness(jsonb) IS 'A reservation''s readiness from its bookings'': failed if a device failed, ready when all are, else why it waits.';
 
 -- -- ops (bc_operator) --------------------------------------------------------------------------------
 

@@ -161,23 +161,25 @@ END
 $$;
 COMMENT ON FUNCTION compute.booking_readiness(bigint) IS 'Whether a booking''s device is usable: {state: ready|waiting_for_node|failed|not_running, reason}.';
 
-CREATE FUNCTION compute.reservation_readiness(p_reservation_id uuid)
+CREATE FUNCTION compute.bookings_readiness(p_bookings jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
+    -- Of a reservation's bookings (as reservation_document lists them, each with its readiness):
     -- failed when any device failed; ready when all are; else the first reason to wait.
     RETURN (SELECT CASE WHEN count(*) = 0 THEN pg_catalog.jsonb_build_object('state', 'not_running', 'reason', 'no bookings')
-                        WHEN bool_or(x.r ->> 'state' = 'failed') THEN (array_agg(x.r) FILTER (WHERE x.r ->> 'state' = 'failed'))[1]
+                        WHEN bool_or(x.r ->> 'state' = 'failed') THEN (array_agg(x.r ORDER BY x.n) FILTER (WHERE x.r ->> 'state' = 'failed'))[1]
                         WHEN bool_and(x.r ->> 'state' = 'ready') THEN pg_catalog.jsonb_build_object('state', 'ready', 'reason', NULL)
-                        WHEN bool_or(x.r ->> 'state' = 'waiting_for_node') THEN (array_agg(x.r) FILTER (WHERE x.r ->> 'state' = 'waiting_for_node'))[1]
-                        ELSE (array_agg(x.r))[1] END
+                        WHEN bool_or(x.r ->> 'state' = 'waiting_for_node')
+                            THEN (array_agg(x.r ORDER BY x.n) FILTER (WHERE x.r ->> 'state' = 'waiting_for_node'))[1]
+                        ELSE (array_agg(x.r ORDER BY x.n))[1] END
                    || pg_catalog.jsonb_build_object('devices_ready', count(*) FILTER (WHERE x.r ->> 'state' = 'ready'), 'devices', count(*))
-              FROM (SELECT compute.booking_readiness(b.booking_id) AS r FROM compute.bookings AS b
-                     WHERE b.reservation_id = p_reservation_id ORDER BY b.booking_id) AS x);
+              FROM (SELECT b.value -> 'readiness' AS r, b.ordinality AS n
+                      FROM pg_catalog.jsonb_array_elements(p_bookings) WITH ORDINALITY AS b) AS x);
 END
 $$;
-COMMENT ON FUNCTION compute.reservation_readiness(uuid) IS 'A reservation''s readiness: failed if a device failed, ready when all are, else why it waits.';
+COMMENT ON FUNCTION compute.bookings_readiness(jsonb) IS 'A reservation''s readiness from its bookings'': failed if a device failed, ready when all are, else why it waits.';
 
 -- -- ops (bc_operator) --------------------------------------------------------------------------------
 
@@ -399,19 +401,11 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_now timestamptz := compute.compute_now();
+    v_now      timestamptz := compute.compute_now();
+    v_bookings jsonb;
 BEGIN
-    RETURN (SELECT pg_catalog.jsonb_build_object(
-        'reservation_id', r.reservation_id, 'tenant_id', r.tenant_id, 'project_id', r.project_id,
-        'pool_id', r.pool_id, 'shape', r.shape, 'count', r.count, 'state', r.state,
-        'phase', CASE WHEN r.state NOT IN ('provisional', 'active') THEN 'ended'
-                      WHEN upper(r.during) <= v_now THEN 'ended'
-                      WHEN lower(r.during) > v_now THEN 'upcoming' ELSE 'running' END,
-        'start', lower(r.during), 'end', upper(r.during), 'same_node', r.same_node,
-        'expires_at', r.expires_at, 'hold_until', r.hold_until, 'created_at', r.created_at,
-        'ended_at', r.ended_at, 'end_reason', r.end_reason,
-        'readiness', compute.reservation_readiness(r.reservation_id),
-        'bookings', coalesce((
+    -- The bookings first: the reservation's readiness is made of theirs (computed once each).
+    v_bookings := coalesce((
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'atom_id', a.atom_id, 'node', n.name, 'device_uuid', d.uuid, 'kind', a.kind,
                        'profile', a.profile, 'placement', a.placement, 'slot', a.slot,
@@ -422,7 +416,17 @@ BEGIN
               JOIN compute.atoms AS a ON a.atom_id = b.atom_id
               JOIN compute.devices AS d ON d.device_id = b.device_id
               JOIN compute.nodes AS n ON n.node_id = b.node_id
-             WHERE b.reservation_id = r.reservation_id), '[]'))
+             WHERE b.reservation_id = p_reservation_id), '[]');
+    RETURN (SELECT pg_catalog.jsonb_build_object(
+        'reservation_id', r.reservation_id, 'tenant_id', r.tenant_id, 'project_id', r.project_id,
+        'pool_id', r.pool_id, 'shape', r.shape, 'count', r.count, 'state', r.state,
+        'phase', CASE WHEN r.state NOT IN ('provisional', 'active') THEN 'ended'
+                      WHEN upper(r.during) <= v_now THEN 'ended'
+                      WHEN lower(r.during) > v_now THEN 'upcoming' ELSE 'running' END,
+        'start', lower(r.during), 'end', upper(r.during), 'same_node', r.same_node,
+        'expires_at', r.expires_at, 'hold_until', r.hold_until, 'created_at', r.created_at,
+        'ended_at', r.ended_at, 'end_reason', r.end_reason,
+        'readiness', compute.bookings_readiness(v_bookings), 'bookings', v_bookings)
       FROM compute.reservations AS r
      WHERE r.reservation_id = p_reservation_id);
 END

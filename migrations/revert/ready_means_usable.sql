@@ -182,7 +182,7 @@ DROP FUNCTION ops.node_fence(text, text);
 DROP VIEW ops.withdrawals;
 DROP VIEW ops.readiness;
 DROP FUNCTION ops.booking_readiness(bigint);
-DROP FUNCTION compute.reservation_readiness(uuid);
+DROP FUNCTION compute.bookings_readiness(jsonb);
 DROP FUNCTION compute.booking_readiness(bigint);
 DROP FUNCTION compute.node_observed(uuid, jsonb);
 DROP TABLE compute.node_grants;
