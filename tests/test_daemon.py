@@ -762,7 +762,8 @@ def test_a_spec_with_a_mig_layout_changes_the_gpu_reports_its_inventory_then_ack
     inventory, observed = daemon.handle(mig_spec(node, 3, [("3g.71gb", 0), ("3g.71gb", 4)]))
     instances = node.opened(inventory)["inventory"]["devices"][0]["mig"]["instances"]
     assert [(i["profile"], i["placement"]) for i in instances] == [("3g.71gb", 0), ("3g.71gb", 4)]
-    assert node.opened(observed) == {"generation": 3, "conditions": []}, "converged: nothing abnormal to say"
+    assert node.opened(observed) == {"generation": 3, "conditions": [], "devices": [],
+                                     "withdrawal": {"stopped": [], "in_use": []}}, "converged: nothing abnormal to say"
     assert daemon.handle(mig_spec(node, 3, [("3g.71gb", 0), ("3g.71gb", 4)]))[0].TYPE == "observed", "no change, no inventory"
 
 
