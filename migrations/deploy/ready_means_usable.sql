@@ -2,6 +2,8 @@
 -- Ready means usable, released means withdrawn (issue 13.5, 13.6): the spec names each booking and
 -- carries the withdrawal grace period; node_grants records the generations that granted and withdrew
 -- each booking and what the node reported; reservations and their devices answer their readiness.
+-- It comes after gpu_conditions_and_mig_layouts, whose versions of node_spec_document,
+-- node_spec_refresh and reservation_document it extends (the revert puts those back).
 
 BEGIN;
 
