@@ -54,9 +54,11 @@ def holding(holders: Path, gpu: str, mode: str = "stubborn") -> Iterator[subproc
         process.wait()
 
 
-def spec(node: Node, generation: int, *devices: dict[str, Any], grace: int = 1) -> Spec:
-    """A signed spec with a withdrawal policy, as the database writes it."""
+def spec(node: Node, generation: int, *devices: dict[str, Any], grace: int = 1, gpus: list[Any] | None = None) -> Spec:
+    """A signed spec with a withdrawal policy (and the GPUs' layouts), as the database writes it."""
     document = {"node_id": str(node.node_id), "devices": list(devices), "withdrawal": {"grace_seconds": grace}}
+    if gpus is not None:
+        document["gpus"] = gpus
     return Spec(node.intent.sign("spec", {"node_id": str(node.node_id), "generation": generation, "spec": document}))
 
 
@@ -93,6 +95,24 @@ def test_a_gpu_handed_to_the_next_holder_is_cleared_of_the_last_ones_processes_o
     with holding(holders, GPU) as own:
         daemon.handle(spec(node, 3, gpu_booking(reservation="r-2", booking_id=2), gpu_booking(reservation="r-3", booking_id=3)))
         assert own.poll() is None  # the holder stays (a slot holder joined): its own process runs on
+
+
+def test_a_process_left_on_a_gpu_whose_layout_changes_is_stopped_before_the_change(node: Node) -> None:
+    """The withdrawal comes first in a spec's application: a process the spec no longer grants would
+    hold the GPU's MIG mode change (a reset is refused while a process uses the GPU)."""
+    holders = node.tmp / "holders.json"
+    node.driver = FlakyDriver(H200_INVENTORY, hostname=HOSTNAME, holders=holders)
+    daemon = node.daemon()
+    daemon.handle(spec(node, 1, gpu_booking()))
+    layout = [{"uuid": GPU, "index": 0, "layout": "mig:3g.71gb@0",
+               "mig": {"mode": "enabled", "instances": [{"profile": "3g.71gb", "placement": 0}]}}]
+    with holding(holders, GPU, "polite") as leftover:
+        inventory, observed = daemon.handle(spec(node, 2, gpus=layout))
+        assert leftover.wait(5) == -signal.SIGTERM
+    assert node.opened(observed)["conditions"] == [], "converged in the same pass: nothing abnormal"
+    assert [p["pid"] for p in node.opened(observed)["withdrawal"]["stopped"]] == [leftover.pid]
+    [gpu] = [d for d in node.opened(inventory)["inventory"]["devices"] if d["uuid"] == GPU]
+    assert [(i["profile"], i["placement"]) for i in gpu["mig"]["instances"]] == [("3g.71gb", 0)]
 
 
 def test_each_booking_is_reported_exposed_pending_or_failed(node: Node, tmp_path: Path) -> None:
