@@ -3,8 +3,9 @@
 # file), the gateway (`serve gateway`) and the worker (`serve worker`) against the demo database;
 # the CLI makes a site, a pool, an offering and join tokens; two `bcd` daemons (fake GPU driver
 # built from the real H200 capture) join and run; a reservation through the CLI turns into a CDI
-# device on the node that holds it, and leaves it on release. Then an operator splits a GPU into two
-# MIG instances: the node's daemon converges its (fake) GPU, and a MIG reservation gets a MIG device.
+# device on the node that holds it (ready once the node exposed it), and leaves it on release. Then an
+# operator splits a GPU into two MIG instances: the node's daemon converges its (fake) GPU, and a MIG
+# reservation gets a MIG device, ready once the node exposed it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BC=.venv/bin/better-compute
@@ -79,6 +80,8 @@ end=$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)
 reservation=$(step "$BC" reservations create --pool-id "$pool" --shape gpu --count 1 --end "$end" --wait \
     --query reservation_id | tail -1)
 held=$(step "$BC" reservations get --reservation-id "$reservation" --query bookings.0.node | tail -1)
+printf '\n# --wait returned once the reservation was ready: its node acknowledged the spec and exposed the device\n'
+step "$BC" reservations get --reservation-id "$reservation" --query readiness
 printf '\n# the daemon on %s converges: its CDI file lists the booked GPU\n' "$held"
 wait_for "$DEMO/$held.cdi.yaml" 'name:'
 step cat "$DEMO/$held.cdi.yaml"
@@ -103,6 +106,7 @@ mig=$(step "$BC" reservations create --pool-id "$pool" --shape mig:3g.71gb --cou
     --query reservation_id | tail -1)
 wait_for "$DEMO/$host.cdi.yaml" 'MIG-'
 step cat "$DEMO/$host.cdi.yaml"
+step "$BC" dev psql -c "select node, kind, profile, placement, state, reason from ops.readiness where reservation_id = '$mig'"
 step "$BC" reservations release --reservation-id "$mig" --query state
 if [ -n "$cursor" ] && [ "$cursor" != "null" ]; then step "$BC" events list --after "$cursor" --limit 20; else step "$BC" events list --limit 20; fi
 printf '\nThe API: docs/api.md; nodes: docs/nodes.md; OpenAPI: %s/api/compute/openapi.json\n' "$BETTER_COMPUTE_URL"

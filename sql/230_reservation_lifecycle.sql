@@ -81,22 +81,16 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_now timestamptz := compute.compute_now();
+    v_now      timestamptz := compute.compute_now();
+    v_bookings jsonb;
 BEGIN
-    RETURN (SELECT pg_catalog.jsonb_build_object(
-        'reservation_id', r.reservation_id, 'tenant_id', r.tenant_id, 'project_id', r.project_id,
-        'pool_id', r.pool_id, 'shape', r.shape, 'count', r.count, 'state', r.state,
-        'phase', CASE WHEN r.state NOT IN ('provisional', 'active') THEN 'ended'
-                      WHEN upper(r.during) <= v_now THEN 'ended'
-                      WHEN lower(r.during) > v_now THEN 'upcoming' ELSE 'running' END,
-        'start', lower(r.during), 'end', upper(r.during), 'same_node', r.same_node,
-        'expires_at', r.expires_at, 'hold_until', r.hold_until, 'created_at', r.created_at,
-        'ended_at', r.ended_at, 'end_reason', r.end_reason,
-        'bookings', coalesce((
+    -- The bookings first: the reservation's readiness is made of theirs (computed once each).
+    v_bookings := coalesce((
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'atom_id', a.atom_id, 'node', n.name, 'device_uuid', d.uuid, 'kind', a.kind,
                        'profile', a.profile, 'placement', a.placement, 'slot', a.slot,
                        'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', b.state,
+                       'readiness', compute.booking_readiness(b.booking_id),
                        'conditions', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                                                  'type', c.type, 'status', c.status, 'critical', c.critical, 'reason', c.reason,
                                                  'message', c.message, 'since', c.since) ORDER BY c.type), '[]')
@@ -106,7 +100,17 @@ BEGIN
               JOIN compute.atoms AS a ON a.atom_id = b.atom_id
               JOIN compute.devices AS d ON d.device_id = b.device_id
               JOIN compute.nodes AS n ON n.node_id = b.node_id
-             WHERE b.reservation_id = r.reservation_id), '[]'))
+             WHERE b.reservation_id = p_reservation_id), '[]');
+    RETURN (SELECT pg_catalog.jsonb_build_object(
+        'reservation_id', r.reservation_id, 'tenant_id', r.tenant_id, 'project_id', r.project_id,
+        'pool_id', r.pool_id, 'shape', r.shape, 'count', r.count, 'state', r.state,
+        'phase', CASE WHEN r.state NOT IN ('provisional', 'active') THEN 'ended'
+                      WHEN upper(r.during) <= v_now THEN 'ended'
+                      WHEN lower(r.during) > v_now THEN 'upcoming' ELSE 'running' END,
+        'start', lower(r.during), 'end', upper(r.during), 'same_node', r.same_node,
+        'expires_at', r.expires_at, 'hold_until', r.hold_until, 'created_at', r.created_at,
+        'ended_at', r.ended_at, 'end_reason', r.end_reason,
+        'readiness', compute.bookings_readiness(v_bookings), 'bookings', v_bookings)
       FROM compute.reservations AS r
      WHERE r.reservation_id = p_reservation_id);
 END

@@ -35,15 +35,18 @@ BEGIN
     -- What the node should expose at compute_now: each atom of an active booking that holds now; a
     -- MIG atom with the UUID of the MIG device it is, which the daemon checks against its own
     -- inventory with the profile and placement (a null cdi_name: not exposed, a condition).
+    -- Each booking is named by its id: the node reports per booking whether it exposed it (Ready
+    -- means usable, compute.node_observed). The withdrawal policy says how long processes still
+    -- using a GPU or MIG instance no booking grants may take to stop before the node kills them.
     -- And per present GPU, the layout valid now and since when; for a MIG-capable GPU the MIG mode
     -- and GPU instances (profile@placement) it must have, which the daemon converges (issue 13).
     RETURN pg_catalog.jsonb_build_object('node_id', p_node_id,
         'devices', (SELECT coalesce(pg_catalog.jsonb_agg(
                        pg_catalog.jsonb_build_object('device_uuid', x.uuid, 'index', x.index, 'kind', x.kind, 'profile', x.profile,
                            'placement', x.placement, 'slot', x.slot, 'cdi_name', compute.cdi_name(x.kind, x.uuid, x.mig_uuid),
-                           'mig_uuid', x.mig_uuid, 'reservation_id', x.reservation_id, 'until', x.until)
+                           'mig_uuid', x.mig_uuid, 'reservation_id', x.reservation_id, 'until', x.until, 'booking_id', x.booking_id)
                        ORDER BY x.index, x.placement, x.slot), '[]')
-              FROM (SELECT d.uuid, d.index, a.kind, a.profile, a.placement, a.slot, b.reservation_id, upper(b.during) AS until,
+              FROM (SELECT d.uuid, d.index, a.kind, a.profile, a.placement, a.slot, b.reservation_id, upper(b.during) AS until, b.booking_id,
                            CASE WHEN a.kind = 'mig' THEN compute.inventory_mig_uuid(n.inventory, d.uuid, a.profile, a.placement) END
                                AS mig_uuid
                       FROM compute.bookings AS b
@@ -65,10 +68,11 @@ BEGIN
                     ORDER BY d.index), '[]')
               FROM compute.devices AS d
               CROSS JOIN LATERAL compute.device_layout_at(d.device_id, v_now) AS l
-             WHERE d.node_id = p_node_id AND d.present));
+             WHERE d.node_id = p_node_id AND d.present),
+        'withdrawal', pg_catalog.jsonb_build_object('grace_seconds', compute.limit('withdrawal_grace_seconds')));
 END
 $$;
-COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation, and each GPU''s layout (MIG mode and instances).';
+COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation (by booking), the withdrawal policy, and each GPU''s layout (MIG mode and instances).';
 
 CREATE FUNCTION compute.node_spec_refresh(p_node_id uuid)
 RETURNS bigint
@@ -109,6 +113,18 @@ BEGIN
                     set_by = EXCLUDED.set_by, reported_at = EXCLUDED.reported_at,
                     since = CASE WHEN x.status THEN EXCLUDED.since ELSE x.since END;
         END IF;
+        -- Which generation granted each booking and which withdrew it (a device is ready only once
+        -- the node acknowledged both: compute.booking_readiness).
+        INSERT INTO compute.node_grants (booking_id, node_id, granted_generation)
+        SELECT (d ->> 'booking_id')::bigint, p_node_id, v_generation FROM pg_catalog.jsonb_array_elements(v_document -> 'devices') AS d
+        ON CONFLICT (booking_id) DO UPDATE
+            SET granted_generation = EXCLUDED.granted_generation, withdrawn_generation = NULL, report_generation = NULL,
+                exposure = NULL, reason = NULL, withdrawal_acked_generation = NULL, fenced_by = NULL, fenced_reason = NULL, fenced_at = NULL
+          WHERE compute.node_grants.withdrawn_generation IS NOT NULL;
+        UPDATE compute.node_grants AS g SET withdrawn_generation = v_generation
+         WHERE g.node_id = p_node_id AND g.withdrawn_generation IS NULL
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(v_document -> 'devices') AS d
+                            WHERE (d ->> 'booking_id')::bigint = g.booking_id);
     END IF;
     IF v_spec.signed_generation IS DISTINCT FROM v_generation THEN
         PERFORM compute.work_poke('node.spec.sign', p_node_id::text);

@@ -38,8 +38,8 @@ def wait_until(condition: Callable[[], Any], what: str, log: Callable[[], str] =
     return value
 
 
-def fake_driver(hostname: str) -> list[str]:
-    return ["--driver", "fake", "--driver-option", f"path={H200_INVENTORY}", "--driver-option", f"hostname={hostname}"]
+def fake_driver(hostname: str, recording: Path = H200_INVENTORY) -> list[str]:
+    return ["--driver", "fake", "--driver-option", f"path={recording}", "--driver-option", f"hostname={hostname}"]
 
 
 def bcd(*arguments: str) -> subprocess.CompletedProcess[str]:

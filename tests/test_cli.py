@@ -393,8 +393,35 @@ def test_wait_polls_until_the_reservation_is_active(connected: dict[str, str], r
     relay.data("reservations.get", reservation("provisional"), reservation("active"))
     result = bc(connected, *CREATE, "--format", "json")
     assert json.loads(ok(result))["state"] == "active"
-    assert "is provisional" in result.stderr and "is active" in result.stderr
+    assert "is provisional" in result.stderr and "is ready" in result.stderr  # a server without readiness: active
     assert relay.bodies("reservations.get") == [{"reservation_id": RESERVATION}] * 2
+
+
+WAITING = {"state": "waiting_for_node", "reason": "node node-a (connected) has not acknowledged spec generation 7"}
+READY = {"state": "ready", "reason": None}
+FAILED = {"state": "failed", "reason": "DevicesUnresolved: GPU-5 has no MIG device(s) 3g.71gb@0"}
+
+
+def test_wait_waits_for_the_node_to_expose_the_devices_not_for_active(connected: dict[str, str],
+                                                                      relay: FakeRelay) -> None:
+    relay.data("reservations.create", reservation("provisional"))
+    relay.data("reservations.get", reservation("active", readiness=WAITING), reservation("active", readiness=READY))
+    result = bc(connected, *CREATE, "--format", "json")
+    assert json.loads(ok(result))["readiness"] == READY
+    assert "has not acknowledged spec generation 7" in result.stderr and "is ready" in result.stderr
+
+
+def test_wait_fails_with_the_nodes_condition_when_it_cannot_expose_a_device(connected: dict[str, str],
+                                                                           relay: FakeRelay) -> None:
+    relay.data("reservations.create", reservation("provisional"))
+    relay.data("reservations.get", reservation("active", readiness=FAILED))
+    failed = bc(connected, *CREATE)
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert f"NOT_READY: reservation {RESERVATION} is active but its node cannot expose its devices: {FAILED['reason']}" \
+        in failed.stderr
+    relay.data("reservations.get", reservation("active", readiness=WAITING))
+    late = bc(connected, *CREATE, "--timeout", "0.5")
+    assert late.returncode == 1 and "TIMEOUT: reservation" in late.stderr and WAITING["reason"] in late.stderr
 
 
 def test_wait_fails_when_the_reservation_ends_or_time_runs_out(connected: dict[str, str], relay: FakeRelay) -> None:
@@ -504,11 +531,14 @@ def test_acceptance_site_pool_offering_reservation_release(db_dsn: str, env: dic
         assert "shape: mig:3g.71gb" in offering.splitlines()
         register_node(db_dsn, pool["pool_id"])
         end = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat(timespec="seconds")
+        # The walkthrough: active is not usable. No node runs here, so none exposed the MIG
+        # devices: --wait does not print the reservation as if it were; it says what it waits for.
         created = bc(user, "reservations", "create", "--pool-id", pool["pool_id"], "--shape", "mig:3g.71gb",
-                     "--count", "2", "--end", end, "--wait")
-        lines = ok(created).splitlines()
-        assert "state: active" in lines and "is active" in created.stderr
-        reservation_id = next(line.split(": ")[1] for line in lines if line.startswith("reservation_id: "))
+                     "--count", "2", "--end", end, "--wait", "--timeout", "1")
+        assert created.returncode == 1 and created.stdout == "", created.stdout
+        assert "TIMEOUT: reservation " in created.stderr and "is still active, waiting_for_node: node node-a" in created.stderr
+        assert "has not acknowledged spec generation" in created.stderr
+        reservation_id = created.stderr.split("TIMEOUT: reservation ")[1].split()[0]
         table = ok(bc(user, "reservations", "list")).splitlines()
         assert table[0].split()[:2] == ["reservation_id", "state"] and all(len(line) <= 80 for line in table)
         assert table[1].split()[:2] == [reservation_id[:8], "active"]

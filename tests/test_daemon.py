@@ -141,9 +141,10 @@ def node(tmp_path: Path) -> Node:
     return Node(tmp_path, ca, intent, state, driver, node_id)
 
 
-def gpu_booking(uuid_: str = GPU, reservation: str = "r-1") -> dict[str, Any]:
+def gpu_booking(uuid_: str = GPU, reservation: str = "r-1", booking_id: int = 1) -> dict[str, Any]:
     return {"device_uuid": uuid_, "index": 0, "kind": "gpu", "profile": None, "placement": None, "slot": None,
-            "cdi_name": f"nvidia.com/gpu={uuid_}", "reservation_id": reservation, "until": "2030-01-01T00:00:00+00:00"}
+            "cdi_name": f"nvidia.com/gpu={uuid_}", "reservation_id": reservation, "until": "2030-01-01T00:00:00+00:00",
+            "booking_id": booking_id}
 
 
 # -- the state directory ----------------------------------------------------------------------------
@@ -184,7 +185,8 @@ def test_join_answers_for_another_key_or_node_are_not_kept(node: Node, tmp_path:
 def test_a_signed_spec_becomes_the_cdi_file_and_a_signed_observed(node: Node) -> None:
     daemon = node.daemon()
     [observed] = daemon.handle(node.spec(3, gpu_booking()))
-    assert node.opened(observed) == {"generation": 3, "conditions": []}
+    assert node.opened(observed) == {"generation": 3, "conditions": [], "devices": [{"booking_id": 1, "state": "exposed", "reason": None}],
+                                     "withdrawal": {"stopped": [], "in_use": []}}
     assert node.cdi_devices() == [GPU]
     assert daemon.specs_applied == 1
     assert Journal(node.state.directory).last_generation == 3
@@ -760,7 +762,8 @@ def test_a_spec_with_a_mig_layout_changes_the_gpu_reports_its_inventory_then_ack
     inventory, observed = daemon.handle(mig_spec(node, 3, [("3g.71gb", 0), ("3g.71gb", 4)]))
     instances = node.opened(inventory)["inventory"]["devices"][0]["mig"]["instances"]
     assert [(i["profile"], i["placement"]) for i in instances] == [("3g.71gb", 0), ("3g.71gb", 4)]
-    assert node.opened(observed) == {"generation": 3, "conditions": []}, "converged: nothing abnormal to say"
+    assert node.opened(observed) == {"generation": 3, "conditions": [], "devices": [],
+                                     "withdrawal": {"stopped": [], "in_use": []}}, "converged: nothing abnormal to say"
     assert daemon.handle(mig_spec(node, 3, [("3g.71gb", 0), ("3g.71gb", 4)]))[0].TYPE == "observed", "no change, no inventory"
 
 

@@ -95,6 +95,17 @@ def test_a_booked_instance_is_not_destroyed_and_a_booked_gpu_keeps_its_mode(driv
     assert driver.mig_state(GPU).mode == "disabled"
 
 
+
+def test_a_booked_instance_the_gpu_does_not_have_yet_is_made(driver: fake.Driver) -> None:
+    """A MIG booking that starts with its layout (or was placed before the node converged) holds no
+    instance yet: nothing is taken from it, so its GPU changes mode to make it."""
+    wanted = [{"device_uuid": GPU, "kind": "mig", "profile": "3g.71gb", "placement": 0}]
+    outcome = converge(driver, GPU, Desired.of(spec_gpu(GPU, "mig:3g.71gb@0,3g.71gb@4")), wanted)
+    assert outcome.converged, outcome.conditions()
+    assert layout_of(driver.mig_state(GPU)) == "mig:3g.71gb@0,3g.71gb@4"
+    assert conditions_of(converge(driver, GPU, Desired.of(spec_gpu(GPU, "whole")), wanted).conditions())[
+        "MigConverged"] == (False, "Booked"), "once made, the booked instance keeps the GPU in MIG mode"
+
 @pytest.mark.parametrize(("faults", "processes", "layout_first", "layout", "expected"), [
     ({"insufficient_resources": True}, [], None, "mig:3g.71gb@0",
      {"MigConverged": (False, "InsufficientResources"), "MigFailed": (True, "InsufficientResources")}),

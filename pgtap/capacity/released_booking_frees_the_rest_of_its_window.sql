@@ -23,7 +23,8 @@ SELECT is(compute.reservation_release(id) - 'bookings' - 'reservation_id' - 'poo
           jsonb_build_object('tenant_id', '00000000-0000-0000-0000-000000000001', 'project_id', NULL, 'shape', 'gpu',
                              'count', 1, 'state', 'released', 'phase', 'ended', 'start', '2030-01-01T00:00:00+00:00',
                              'end', '2030-01-01T01:00:00+00:00', 'same_node', false, 'expires_at', NULL, 'hold_until', NULL,
-                             'ended_at', '2030-01-01T01:00:00+00:00', 'end_reason', 'released'),
+                             'ended_at', '2030-01-01T01:00:00+00:00', 'end_reason', 'released',
+                             'readiness', jsonb_build_object('state', 'not_running', 'reason', 'ended', 'devices', 1, 'devices_ready', 0)),
           'release at 01:00 answers the reservation released, ending at 01:00')
   FROM r WHERE name = 'running';
 SELECT results_eq(

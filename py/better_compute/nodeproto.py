@@ -49,7 +49,7 @@ Envelope = dict[str, Any]  # {"v": 1, "purpose", "body", "sig"}: see pki.signing
 
 # The purposes of what a node reports on a session (sql/640_node_reports.sql applies each).
 INVENTORY_REPORT = "node.inventory"  # {inventory}
-OBSERVED_REPORT = "node.observed"  # {generation, conditions}
+OBSERVED_REPORT = "node.observed"  # {generation, conditions, devices, withdrawal}
 RESULT_REPORT = "node.result"  # {command_id, status, output}
 KEY_REPORT = "node.key"  # {public_key (base64 DER), proof (pki.key_proof)}, signed by the old key
 REPORTS = frozenset({INVENTORY_REPORT, OBSERVED_REPORT, RESULT_REPORT, KEY_REPORT})

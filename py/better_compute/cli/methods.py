@@ -137,7 +137,7 @@ class Extension:
     after: Callable[..., Any]  # (client, data, **values of its options) -> data to print
 
 
-EXTENSIONS = {"reservations.create": Extension(wait.OPTIONS, wait.until_active)}
+EXTENSIONS = {"reservations.create": Extension(wait.OPTIONS, wait.until_ready)}
 NO_EXTENSION = Extension((), lambda _client, data: data)
 
 

@@ -74,6 +74,10 @@ class CdiSpec:
     document: dict[str, Any] | None
     unresolved: tuple[str, ...]
     refused: tuple[tuple[str, str], ...] = ()
+    # Per booking of the spec that names its booking_id: {booking_id, state: exposed|pending|failed,
+    # reason} (what the node reports, so that the control plane calls a device ready only once it
+    # is exposed: Ready means usable).
+    devices: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,34 @@ def _device_nodes(booking: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> l
     return [*gpu["device_nodes"], *instance["device_nodes"]]
 
 
+def outcome(booking: Any, state: str, reason: str | None) -> list[dict[str, Any]]:
+    """The report of one booking's device ([] for a booking without an integer booking_id)."""
+    booking_id = booking.get("booking_id") if isinstance(booking, dict) else None
+    if isinstance(booking_id, bool) or not isinstance(booking_id, int):
+        return []
+    return [{"booking_id": booking_id, "state": state, "reason": None if reason is None else reason[:1000]}]
+
+
+def unresolved_outcome(booking: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """(state, reason) of a booking the inventory does not back: pending when the node has the MIG
+    device and only waits for the control plane to name it (its inventory report is on the way),
+    failed otherwise."""
+    gpu = gpus.get(booking["device_uuid"])
+    if gpu is None or not gpu.get("device_nodes"):
+        return "failed", f"DevicesUnresolved: GPU {booking['device_uuid']} is not on this node"
+    if booking["kind"] != "mig":
+        return "failed", f"DevicesUnresolved: {label(booking)} cannot be exposed"
+    place = f"{booking['profile']}@{booking['placement']}"
+    matching = [instance for instance in gpu.get("mig", {}).get("instances", [])
+                if (instance.get("profile"), instance.get("placement")) == (booking["profile"], booking["placement"])]
+    if len(matching) != 1:
+        return "failed", (f"DevicesUnresolved: GPU {booking['device_uuid']} has {len(matching) or 'no'} MIG device(s) "
+                          f"{place}: its MIG layout is not the booked one")
+    if booking["cdi_name"] is None:
+        return "pending", f"the node has MIG device {matching[0].get('uuid')} ({place}); its name is on the way to the control plane"
+    return "failed", f"DevicesUnresolved: the MIG device {place} of GPU {booking['device_uuid']} is not {booking['mig_uuid']}"
+
+
 def build_spec(desired: dict[str, Any], inventory: dict[str, Any], common: CommonEdits | None = None) -> CdiSpec:
     """The CDI spec for `desired` ({"generation": int, "devices": [{"cdi_name", "device_uuid",
     "kind", "reservation_id"; for MIG "profile", "placement", "mig_uuid"}]}) on the node `inventory`
@@ -155,24 +187,31 @@ def build_spec(desired: dict[str, Any], inventory: dict[str, Any], common: Commo
     reservations_of: dict[str, set[str]] = {}
     unresolved: list[str] = []
     refused: list[tuple[str, str]] = []
+    outcomes: list[dict[str, Any]] = []
     for booking in desired["devices"]:
         try:
             name = None if booking["cdi_name"] is None else device_name(booking["cdi_name"])
             nodes = None if name is None else _device_nodes(booking, gpus)
             reservation = str(booking["reservation_id"])
+            if name is None or nodes is None:
+                state, reason = unresolved_outcome(booking, gpus)
         except CdiError as error:
             refused.append((label(booking), str(error)))
+            outcomes += outcome(booking, "failed", f"DevicesNotWritable: {error}")
             continue
         except (KeyError, TypeError, AttributeError) as error:
             refused.append((label(booking), f"the booking is malformed ({type(error).__name__}: {error})"))
+            outcomes += outcome(booking, "failed", f"DevicesNotWritable: the booking is malformed ({type(error).__name__})")
             continue
         if name is None or nodes is None:
             unresolved.append(label(booking))
+            outcomes += outcome(booking, state, reason)
             continue
         nodes_of[name] = nodes
         reservations_of.setdefault(name, set()).add(reservation)
+        outcomes += outcome(booking, "exposed", None)
     if not nodes_of:
-        return CdiSpec(document=None, unresolved=tuple(unresolved), refused=tuple(refused))
+        return CdiSpec(document=None, unresolved=tuple(unresolved), refused=tuple(refused), devices=tuple(outcomes))
     if common is None:
         common = CommonEdits({"deviceNodes": [{"path": node} for node in inventory.get("shared_device_nodes", [])]})
     document = {
@@ -185,7 +224,7 @@ def build_spec(desired: dict[str, Any], inventory: dict[str, Any], common: Commo
                      "containerEdits": {"deviceNodes": [{"path": node} for node in nodes_of[name]]}}
                     for name in sorted(nodes_of)],
     }
-    return CdiSpec(document=document, unresolved=tuple(unresolved), refused=tuple(refused))
+    return CdiSpec(document=document, unresolved=tuple(unresolved), refused=tuple(refused), devices=tuple(outcomes))
 
 
 def names_of(inventory: dict[str, Any]) -> set[str]:

@@ -16,8 +16,9 @@ Every step is one driver call whose effect the next pass reads back from the GPU
 at any point finishes (or undoes) on its next pass: there is no state of its own to lose. A GPU is
 changed only when the spec holds no booking that the change would take away (the database refuses
 such a layout change already; the daemon checks its own spec again): a whole-GPU booking blocks a
-mode change, a MIG booking blocks destroying its instance. Other GPUs of the node keep serving: no
-node-wide drain.
+mode change, a MIG booking blocks destroying its instance (and a mode change once the instance
+exists; before, as when the booking starts with its layout, the change is what serves it). Other
+GPUs of the node keep serving: no node-wide drain.
 
 What a pass ends in is the GPU's conditions: MigConverged (the GPU is as the spec says),
 MigPendingReset (a mode change waits for a reset), MigFailed (a driver call failed: its reason and
@@ -166,6 +167,13 @@ def booked(devices: list[Any], gpu_uuid: str) -> tuple[bool, set[tuple[str, int]
     return whole, {(str(d["profile"]), int(d["placement"])) for d in mine if d.get("kind") == "mig"}
 
 
+def served(state: MigState, whole: bool, instances_booked: set[tuple[str, int]]) -> bool:
+    """Whether a booking uses the GPU as it is now, which a MIG mode change would take away: the
+    whole GPU out of MIG mode, or a booked MIG instance the GPU has. A MIG booking whose instance
+    the GPU does not have yet (it starts with its layout) needs the change."""
+    return (whole and state.mode == DISABLED) or any(instance.key in instances_booked for instance in state.instances)
+
+
 def matches(state: MigState, desired: Desired) -> bool:
     """The GPU is as the spec says: mode, no pending change, exactly the instances, each with a CI."""
     return (state.mode == desired.mode and state.pending is None
@@ -185,7 +193,7 @@ def converge(driver: MigDriver, gpu_uuid: str, desired: Desired, devices: list[A
         _destroy_unwanted(driver, gpu_uuid, state, desired, instances_booked, outcome)
         state = driver.mig_state(gpu_uuid)
         if state.mode != desired.mode or state.pending is not None:
-            if state.mode != desired.mode and (whole or instances_booked):
+            if state.mode != desired.mode and served(state, whole, instances_booked):
                 outcome.blocked = "a booking of this GPU holds it in its MIG mode until the booking ends"
                 return outcome
             _set_mode(driver, gpu_uuid, state, desired, outcome)

@@ -42,6 +42,7 @@ from better_compute.daemon.journal import DEFAULT_BOUND, Journal
 from better_compute.daemon.mig import converge_all, not_normal
 from better_compute.daemon.state import Credentials, NodeState
 from better_compute.daemon.telemetry import Telemetry
+from better_compute.daemon import withdrawal
 from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT, NODE_MESSAGE_BYTES, OBSERVED_REPORT,
                                       RESULT_REPORT, SESSION_PATH, UNSUPPORTED, Certificate, Command, Envelope, Error,
                                       Heartbeat, Hello, Inventory, Message, Observed, ProtocolError, Renew, Result, Spec,
@@ -135,6 +136,8 @@ class Daemon:
         self.inventory_due = False  # a GPU changed and the inventory saying so is not sent yet
         self.epoch = 0  # of the session open now (its hello), and the number of the last report sent in it
         self.seq = 0
+        self.held_file = withdrawal.HeldFile(state.directory / withdrawal.HELD_FILE)
+        self.withdrawal_failed: list[dict[str, Any]] = []  # the condition of a withdrawal not confirmed
 
     @property
     def node_id(self) -> UUID:
@@ -262,6 +265,9 @@ class Daemon:
         self.keep_bundle(body.get("trust_bundle"))
         self.keep_intent_keys(body.get("intent_keys"))
         self.gpus = spec["gpus"] if isinstance(spec.get("gpus"), list) else []
+        # The processes before anything changes (none of them can be a new holder's): those the spec
+        # no longer grants are stopped first, as they would hold a GPU's MIG layout change.
+        withdrawn = self.withdraw_processes(spec)
         changed, gpu_conditions = self.converge_gpus(spec["devices"])
         first = self.inventory_after_change(changed)
         try:
@@ -271,7 +277,7 @@ class Daemon:
             log.error("spec generation %d cannot be applied: %s%s", generation, error, self.withdraw(spec["devices"]))
             self.applied = (generation, spec["devices"])
             failed = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
-            return first if last is None else [*first, self.observed(last, failed + gpu_conditions)]
+            return first if last is None else [*first, self.observed(last, failed + self.withdrawal_failed + gpu_conditions)]
         self.journal.last_generation = generation
         self.applied = (generation, spec["devices"])
         self.specs_applied += 1
@@ -279,7 +285,8 @@ class Daemon:
                  len(cdi.document["devices"]) if cdi.document else 0,
                  f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "",
                  f", not writable {', '.join(name for name, _ in cdi.refused)}" if cdi.refused else "")
-        return [*first, self.observed(generation, spec_conditions(cdi) + gpu_conditions)]
+        return [*first, self.observed(generation, spec_conditions(cdi) + self.withdrawal_failed + gpu_conditions,
+                                      list(cdi.devices), withdrawn)]
 
     def converge_gpus(self, devices: list[Any]) -> tuple[bool, list[dict[str, Any]]]:
         """One pass of every GPU's MIG layout towards the newest verified spec (mig.py), and health:
@@ -322,10 +329,30 @@ class Daemon:
             cdi_conditions = spec_conditions(self.cdi_spec(generation, devices))
         except (InventoryError, CdiError) as error:
             cdi_conditions = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
-        conditions = cdi_conditions + gpu_conditions
+        conditions = cdi_conditions + self.withdrawal_failed + gpu_conditions
         if messages or conditions != self.reported:
             messages.append(self.observed(self.journal.last_generation, conditions))
         return messages
+
+    def withdraw_processes(self, spec: dict[str, Any]) -> dict[str, Any] | None:
+        """Stop the processes (listed before the CDI file or a GPU changed) whose GPU or MIG
+        instance the spec no longer grants or has handed over (withdrawal.py); the report's
+        `withdrawal`, or None (and a WithdrawalFailed condition, reported until the next spec's
+        withdrawal) when the driver cannot list or stop them: the control plane then keeps the next
+        holders waiting."""
+        self.withdrawal_failed = []
+        try:
+            running = self.driver.processes()
+            inventory = self.driver.collect()
+            held = withdrawal.held_places(spec["devices"], inventory)
+            found = withdrawal.strays(running, held, self.held_file.load())
+            done = withdrawal.withdraw(self.driver, found, inventory, withdrawal.grace_seconds(spec))
+            self.held_file.save(held)
+            return done.report()
+        except Exception as error:  # whatever the driver raised: the withdrawal is not confirmed
+            log.error("processes on devices no longer granted cannot be stopped: %s", error)
+            self.withdrawal_failed = [{"type": "WithdrawalFailed", "message": f"{type(error).__name__}: {error}"[:1000]}]
+            return None
 
     def cdi_spec(self, generation: int, devices: list[Any]) -> CdiSpec:
         """The CDI spec of these bookings on the node as the driver sees it now, with the driver's
@@ -370,9 +397,17 @@ class Daemon:
             log.warning("the CDI file had drifted from spec generation %d: rewritten", generation)
         return drifted
 
-    def observed(self, generation: int, conditions: list[dict[str, Any]]) -> Observed:
+    def observed(self, generation: int, conditions: list[dict[str, Any]], devices: list[dict[str, Any]] | None = None,
+                 withdrawal: dict[str, Any] | None = None) -> Observed:
+        """The acknowledgement of `generation`: the node's conditions and, for a spec applied, per
+        booking whether its device is exposed and what was withdrawn (compute.node_observed)."""
         self.reported = conditions
-        return Observed(self.report(OBSERVED_REPORT, {"generation": generation, "conditions": conditions}))
+        payload: dict[str, Any] = {"generation": generation, "conditions": conditions}
+        if devices is not None:
+            payload["devices"] = devices
+        if withdrawal is not None:
+            payload["withdrawal"] = withdrawal
+        return Observed(self.report(OBSERVED_REPORT, payload))
 
     def execute(self, envelope: Envelope) -> list[Message]:
         """Execute a verified command once. A repeated delivery is answered from the journal. A

@@ -65,6 +65,12 @@ class InventoryDriver(Protocol):
         """The current readings of the node's GPUs and MIG devices (telemetry.py pushes them)."""
         ...
 
+    def terminate(self, pid: int, force: bool) -> None:
+        """Stop a process `processes` listed (SIGTERM, or SIGKILL when `force`): a booking ended and
+        the process still uses its GPU or MIG instance (daemon/withdrawal.py). One already gone is
+        no error."""
+        ...
+
     def reboot(self) -> None:
         """Reboot the node (the `reboot` command). A driver owns it so that a fake node records the
         request instead of rebooting the machine that runs the tests."""

@@ -16,13 +16,21 @@ ones do: InsufficientResources (a placement taken, or the fault), InUse (a proce
 or the fault), a MIG mode change that waits for a reset (`needs_reset`), ResetRefused (a process on
 the GPU). Health faults per GPU: xid (a list of Xid numbers: 79 is fallen off the bus),
 ecc_uncorrectable, row_remap_pending, row_remap_failed, thermal_slowdown, power_slowdown, lost.
+
+GPU processes are of two sorts: `processes` (and those of the state file), entries that `terminate`
+only forgets, and `holders`, a JSON file of real processes a test started as if they used a GPU
+([{pid, gpu_uuid, gi, ci, used_memory_mib}]), listed while they live and really signalled by
+`terminate`. The driver signals no process that file does not name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -66,10 +74,12 @@ class Driver:
 
     def __init__(self, path: str | Path, hostname: str | None = None,
                  processes: list[dict[str, Any]] | None = None, root: str | Path | None = None,
-                 nvidia_ctk: str | None = None, gpu_state: str | Path | None = None, mig_delay: str | float = 0) -> None:
+                 nvidia_ctk: str | None = None, gpu_state: str | Path | None = None, mig_delay: str | float = 0,
+                 holders: str | Path | None = None) -> None:
         recorded = json.loads(Path(path).read_text(encoding="utf-8"))
         self._document = recorded if hostname is None else as_host(recorded, hostname)
         self._processes = list(processes or [])
+        self._holders = None if holders is None else Path(holders)
         self._state_path = None if gpu_state is None else Path(gpu_state)
         self._state: dict[str, Any] = self._initial_state()
         self._mig_delay = float(mig_delay)  # seconds each MIG call takes (a chaos test kills the daemon within)
@@ -98,7 +108,12 @@ class Driver:
         return document
 
     def processes(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self._processes) + copy.deepcopy(self.load().get("processes", []))
+        return copy.deepcopy(self._running(self.load()))
+
+    def _running(self, state: dict[str, Any]) -> list[dict[str, Any]]:
+        """The GPU processes: recorded, started by a test in the state file, and the living holders."""
+        return self._processes + state.get("processes", []) + [
+            {"used_memory_mib": None, "gi": None, "ci": None} | holder for holder in self.holders() if alive(holder["pid"])]
 
     # -- the fake GPUs' state (MIG, faults, processes started by a test) --------------------------
 
@@ -152,7 +167,7 @@ class Driver:
         return state["faults"].get(gpu_uuid, {}).get(name)
 
     def _busy(self, state: dict[str, Any], gpu_uuid: str, gi: int | None = None) -> list[int]:
-        return [p["pid"] for p in self._processes + state.get("processes", [])
+        return [p["pid"] for p in self._running(state)
                 if p.get("gpu_uuid") == gpu_uuid and (gi is None or p.get("gi") == gi)]
 
     def _call(self) -> dict[str, Any]:
@@ -246,6 +261,29 @@ class Driver:
         return [condition for device in self._document["devices"]
                 for condition in health_conditions(device["uuid"], **state["faults"].get(device["uuid"], {}))]
 
+    def holders(self) -> list[dict[str, Any]]:
+        """The real processes the `holders` file names (none without one, or before it exists)."""
+        if self._holders is None:
+            return []
+        try:
+            return list(json.loads(self._holders.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return []
+
+    def terminate(self, pid: int, force: bool) -> None:
+        """Forget a recorded process (or one of the state file's); signal a real one the holders file
+        names; leave any other."""
+        recorded = [process for process in self._processes if process["pid"] != pid]
+        state = self.load()
+        kept = [process for process in state.get("processes", []) if process["pid"] != pid]
+        if len(recorded) < len(self._processes):
+            self._processes = recorded
+        elif len(kept) < len(state.get("processes", [])):
+            self.save(state | {"processes": kept})
+        elif any(holder["pid"] == pid for holder in self.holders()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
+
     def common_edits(self, inventory: dict[str, Any]) -> CommonEdits:
         """The driver files below `root` (a directory laid out like a driver installation), asking
         `nvidia_ctk` first where given; without a root, only the shared device nodes: a fake node
@@ -273,3 +311,12 @@ class Driver:
         """Count the reboot and come back with a new boot id, as the rebooted machine would."""
         self.reboots += 1
         self._document["boot_id"] = str(derived_uuid(self._document["hostname"], "boot", self.reboots))
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, which its parent has not reaped yet, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False

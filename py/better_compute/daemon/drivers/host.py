@@ -8,7 +8,10 @@ running them.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +97,13 @@ class Host:
                 raise InventoryError(f"{capability} names no DeviceFileMinor")
             nodes.append(f"/dev/nvidia-caps/nvidia-cap{found.group(1)}")
         return nodes
+
+    @staticmethod
+    def terminate(pid: int, force: bool) -> None:
+        """Signal a process of this machine (bcd runs in the host's PID namespace, where NVML and
+        nvidia-smi name processes): SIGTERM, or SIGKILL when `force`; one already gone is no error."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
 
     def reboot(self) -> None:
         """Ask systemd to reboot the machine."""

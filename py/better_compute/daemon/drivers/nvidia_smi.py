@@ -362,6 +362,9 @@ class Driver:
     def sample(self) -> list[Reading]:
         return parse_sample_csv(self._run(*SAMPLE_QUERY))
 
+    def terminate(self, pid: int, force: bool) -> None:
+        self._host.terminate(pid, force)
+
     def reboot(self) -> None:
         self._host.reboot()
 

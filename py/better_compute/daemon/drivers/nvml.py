@@ -470,6 +470,9 @@ class Driver:
             return [reading if reading.mig_uuid else dataclasses.replace(reading, xid_errors=xids.get(reading.gpu_uuid))
                     for reading in readings(nvml)]
 
+    def terminate(self, pid: int, force: bool) -> None:
+        self._host.terminate(pid, force)
+
     def reboot(self) -> None:
         self._host.reboot()
 
