@@ -8,8 +8,28 @@ capture) in one process against the gateway. Measures
     interval for all its sessions), and sessions written per statement;
   - spec-change-to-node-ack latency: a reservation is admitted (api.prepare + api.admit), and the
     clock runs until the booked node reports the new generation observed (worker signs, gateway
-    pushes, daemon writes its CDI file and answers), p50/p99 over SPEC_SAMPLES reservations.
-Prints a table and writes the "nodes" section of .bc/bench.json.
+    pushes, daemon writes its CDI file and answers), p50/p99 over SPEC_SAMPLES reservations;
+  - CPU milliseconds per acknowledgement of the gateway, the worker, the simulator and the server
+    over that phase (two spec changes per sample, background work of the phase included).
+Prints a table and writes the "nodes" section of .bc/bench.json. BC_BENCH_NODES=500 runs fewer
+nodes (joining 5,000 takes ~10 min on the shared machine; the sessions target then reads NOT MET)
+for comparisons run interleaved, base and change in turn (A B A B ...), the only fair ones on a
+shared machine.
+
+Where the acknowledgement's time goes (issue 11 E, docs/nodes.md "Verification hop"): since nodes
+sign their reports and the worker verifies and applies them, the path has one more process hop:
+gateway commits the report -> NOTIFY -> worker claims -> reads the pending report -> verifies ->
+applies. Timed per hop (triggers with clock_timestamp, 500 nodes, load ~10-12), the hop added p50
+~16 ms (p99s of its two parts 47 and 32 ms), nearly all of it wake-ups and round trips: three calls
+(claim, read, apply), each BEGIN, statement, COMMIT, so 9 server round trips, plus a housekeeping
+call when the round had a fan-out poke or periodic check to make first; each is a wake-up of a
+process on a busy 2-CPU machine, and the p99 of their sum is the tail. Not the cause: a queue
+backlog (at most one node.reports item live), an ack waiting for the node's previous run (as common
+among the slowest 10 % as among all samples), the poll interval (claims follow the NOTIFY). Now each
+call is one statement in autocommit (one round trip; this also shortens the gateway's and the
+signing hops) and the worker claims before its housekeeping: 3 round trips on the hop. CPU per
+acknowledgement includes the phase's background work, so it grows with the phase's length: compare
+it within a pair only.
 """
 
 from __future__ import annotations
