@@ -8,8 +8,28 @@ capture) in one process against the gateway. Measures
     interval for all its sessions), and sessions written per statement;
   - spec-change-to-node-ack latency: a reservation is admitted (api.prepare + api.admit), and the
     clock runs until the booked node reports the new generation observed (worker signs, gateway
-    pushes, daemon writes its CDI file and answers), p50/p99 over SPEC_SAMPLES reservations.
-Prints a table and writes the "nodes" section of .bc/bench.json.
+    pushes, daemon writes its CDI file and answers), p50/p99 over SPEC_SAMPLES reservations;
+  - CPU milliseconds per acknowledgement of the gateway, the worker, the simulator and the server
+    over that phase (two spec changes per sample, background work of the phase included).
+Prints a table and writes the "nodes" section of .bc/bench.json. BC_BENCH_NODES=500 runs fewer
+nodes (joining 5,000 takes ~10 min on the shared machine; the sessions target then reads NOT MET)
+for comparisons run interleaved, base and change in turn (A B A B ...), the only fair ones on a
+shared machine.
+
+Where the acknowledgement's time goes (issue 11 E, docs/nodes.md "Verification hop"): since nodes
+sign their reports and the worker verifies and applies them, the path has one more process hop:
+gateway commits the report -> NOTIFY -> worker claims -> reads the pending report -> verifies ->
+applies. Timed per hop (triggers with clock_timestamp, 500 nodes, load ~10-12), the hop added p50
+~16 ms (p99s of its two parts 47 and 32 ms), nearly all of it wake-ups and round trips: three calls
+(claim, read, apply), each BEGIN, statement, COMMIT, so 9 server round trips, plus a housekeeping
+call when the round had a fan-out poke or periodic check to make first; each is a wake-up of a
+process on a busy 2-CPU machine, and the p99 of their sum is the tail. Not the cause: a queue
+backlog (at most one node.reports item live), an ack waiting for the node's previous run (as common
+among the slowest 10 % as among all samples), the poll interval (claims follow the NOTIFY). Now each
+call is one statement in autocommit (one round trip; this also shortens the gateway's and the
+signing hops) and the worker claims before its housekeeping: 3 round trips on the hop. CPU per
+acknowledgement includes the phase's background work, so it grows with the phase's length: compare
+it within a pair only.
 """
 
 from __future__ import annotations
@@ -38,7 +58,7 @@ from gateway_support import running_gateway, running_worker_process  # noqa: E40
 
 DBNAME = "bc_bench_nodes"
 TENANT = "00000000-0000-4000-8000-0000000000bb"
-NODES = 5000
+NODES = int(os.environ.get("BC_BENCH_NODES", "5000"))  # fewer for a quick (interleaved) comparison; targets need 5000
 TARGET_SESSIONS = 5000
 TARGET_HEARTBEAT_STATEMENTS_PER_SECOND = 2.0
 HEARTBEAT_SECONDS = 5
@@ -126,6 +146,39 @@ def spec_latencies(dsn: str, pool: str) -> Latencies:
     return latencies
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_processes(dsn: str) -> list[int]:
+    """The postmaster of the throwaway cluster and its children (backends, WAL writer, ...)."""
+    with psycopg.connect(dsn) as conn:
+        data_directory = conn.execute("SHOW data_directory").fetchone()[0]
+    postmaster = int((Path(data_directory) / "postmaster.pid").read_text().split()[0])
+    children = Path(f"/proc/{postmaster}/task/{postmaster}/children")
+    return [postmaster, *(int(pid) for pid in children.read_text().split())]
+
+
+def cpu_by_process(pids: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds so far per named group of processes (a process that ended meanwhile counts 0)."""
+    def alive(pid: int) -> float:
+        try:
+            return cpu_seconds(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            return 0.0
+    return {name: sum(alive(pid) for pid in group) for name, group in pids.items()}
+
+
+def cpu_per_ack(before: dict[str, float], after: dict[str, float], acks: int) -> dict[str, float]:
+    """CPU milliseconds per acknowledgement during the spec phase, per process group: each sample is
+    two spec changes (admit, release), each acknowledged; background work of the phase (heartbeats,
+    drift checks, event fan-out) is included."""
+    spent = {name: (after[name] - before[name]) * 1000 / acks for name in after}
+    return {name: round(value, 2) for name, value in spent.items()} | {"total": round(sum(spent.values()), 2)}
+
+
 def benchmark(dsn: str, scratch: Path) -> dict[str, Any]:
     timings: dict[str, float] = {}
     load_at_start = os.getloadavg()
@@ -133,7 +186,7 @@ def benchmark(dsn: str, scratch: Path) -> dict[str, Any]:
         migrate.migrate(dsn)
     pool = make_pool(dsn)
     heartbeat = ["--heartbeat-seconds", str(HEARTBEAT_SECONDS), "--spec-poll-seconds", "30", "--pool-size", "8"]
-    with running_gateway(dsn, scratch / "keys", heartbeat) as gateway, running_worker_process(dsn, gateway.keys):
+    with running_gateway(dsn, scratch / "keys", heartbeat) as gateway, running_worker_process(dsn, gateway.keys) as worker:
         sim = Sim([sys.executable, "-m", "better_compute.cli.main", "sim", "nodes", "--count", str(NODES),
                    "--gateway", gateway.url, "--ca-file", str(gateway.ca_path), "--dsn", dsn, "--pool", pool,
                    "--state-root", str(scratch / "sim"), "--inventory", str(INVENTORY), "--status-seconds", "1"])
@@ -145,14 +198,18 @@ def benchmark(dsn: str, scratch: Path) -> dict[str, Any]:
                 connected = conn.execute("SELECT count(*) FROM ops.nodes WHERE connected").fetchone()[0]
             with phase(timings, "steady heartbeats"):
                 heartbeats = heartbeat_rate(gateway)
+            pids = {"gateway": [gateway.server.process.pid], "worker": [worker.pid], "simulator": [sim.process.pid],
+                    "postgres": server_processes(dsn)}
             with phase(timings, "spec latency"):
+                cpu_before = cpu_by_process(pids)
                 latencies = spec_latencies(dsn, pool)
+                cpu = cpu_per_ack(cpu_before, cpu_by_process(pids), 2 * SPEC_SAMPLES)
         finally:
             sim.stop()
     return {
         "machine": machine(load_at_start),
         "nodes": NODES, "sessions_on_gateway": sessions, "connected_in_database": connected, "sim_status": list(sim.status),
-        "heartbeats": heartbeats, "spec_to_ack": latencies.summary(),
+        "heartbeats": heartbeats, "spec_to_ack": latencies.summary(), "cpu_ms_per_ack": cpu,
         "targets": [
             {"name": "sessions held by one gateway", "measured": sessions, "needs": f">= {TARGET_SESSIONS}",
              "met": sessions >= TARGET_SESSIONS},
@@ -176,6 +233,7 @@ def print_report(report: dict[str, Any]) -> None:
           f"({report['heartbeats']['sessions_per_statement']} sessions per statement, one every {HEARTBEAT_SECONDS} s)")
     print(f"Spec change to node ack ({spec['count']} reservations): p50 {spec['p50_ms']} ms, p99 {spec['p99_ms']} ms, "
           f"max {spec['max_ms']} ms")
+    print("CPU per acknowledgement (ms): " + ", ".join(f"{name} {value}" for name, value in report["cpu_ms_per_ack"].items()))
     for target in report["targets"]:
         print(f"Target {target['name']}: measured {target['measured']} (needs {target['needs']}) -> "
               f"{'MET' if target['met'] else 'NOT MET'}")

@@ -16,7 +16,8 @@ import pytest
 
 from better_compute.db import ContractError, Database
 from better_compute.worker.runtime import WorkItem
-from worker_support import REPO, WEBHOOK_KEYS, Receiver, Reply, running_worker, sealed, wait_until, worker_database
+from worker_support import (REPO, WEBHOOK_KEYS, WORKER_ROLE, Receiver, Reply, running_worker, sealed, wait_until,
+                            worker_database)
 
 CLI = [sys.executable, "-m", "better_compute.cli.main"]
 
@@ -53,6 +54,48 @@ def test_the_worker_runs_as_bc_worker(wdb: Database) -> None:
     assert wdb.call("worker_api.webhook_timeout_seconds") == 10
     with pytest.raises(ContractError):
         wdb.call("compute.limit", "webhook_timeout_seconds")  # schema compute is out of its reach
+
+
+def test_a_call_is_its_own_transaction_in_one_round_trip(wdb: Database) -> None:
+    """Pooled connections are in autocommit: a call sends its one statement, with no BEGIN before
+    and no COMMIT after it (three round trips were one wake-up of the server each)."""
+    with wdb.pool.connection() as conn:
+        assert conn.autocommit
+    with pytest.raises(ContractError):
+        wdb.call("worker_api.work_poke", "Not a kind", "k")
+    with wdb.pool.connection() as conn:
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+class RecordedDatabase(Database):
+    """A worker's real pool that notes the function of each call, in order."""
+
+    def __init__(self, dsn: str):
+        super().__init__(dsn, max_size=6, name="test-worker", role=WORKER_ROLE)
+        self.called: list[str] = []
+
+    def call(self, function: str, *args: Any) -> Any:
+        self.called.append(function)
+        return super().call(function, *args)
+
+    def rows(self, function: str, *args: Any) -> list[dict[str, Any]]:
+        self.called.append(function)
+        return super().rows(function, *args)
+
+
+def test_a_woken_worker_claims_before_its_housekeeping(queue_only: psycopg.Connection, db_dsn: str) -> None:
+    """The item that woke the worker (a node's acknowledgement, say) is claimed by the round's first
+    call; the fan-out poke an outbox event asks for comes after it."""
+    done: list[str] = []
+    with RecordedDatabase(db_dsn) as rdb, running_worker(rdb, {"test.echo": lambda item: done.append(item.key)},
+                                                         poll_seconds=2):
+        wait_until(lambda: {"worker_api.work_claim", "worker_api.work_ensure_periodic"} <= set(rdb.called), 10,
+                   "the first round")
+        time.sleep(0.3)
+        rdb.called.clear()
+        queue_only.execute("SELECT pg_notify('bc_outbox', ''), compute.work_poke('test.echo', 'k')")
+        wait_until(lambda: done == ["k"], 10, "the item woken for")
+    assert rdb.called[0] == "worker_api.work_claim", rdb.called
 
 
 def test_handlers_run_and_items_complete(queue_only: psycopg.Connection, wdb: Database) -> None:

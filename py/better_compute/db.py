@@ -1,5 +1,10 @@
 """The database call helpers: a psycopg 3 pool, one transaction per call, bounded retry of 40001.
 
+A call is one statement (`SELECT function(...)`), and pooled connections are in autocommit: the
+statement is its own transaction, atomic as before, in one round trip instead of three (BEGIN, the
+statement, COMMIT). On a busy machine each round trip is a wake-up of the server process, and the
+node acknowledgement path crosses several calls (bench/nodes.py).
+
 `Database` (threads: the worker, the CLI) and `AsyncDatabase` (asyncio: the HTTP relay) share how a
 call is written, how the role is set and when a failure is retried; only the waiting differs.
 """
@@ -25,6 +30,7 @@ from better_compute.errors import (CONTRACT_FUNCTION_QUERY, CONTRACT_SCHEMAS, Co
 
 log = logging.getLogger(__name__)
 
+AUTOCOMMIT = {"autocommit": True}  # each call's single statement is its own transaction
 SERIALIZATION_RETRIES = 5
 RETRY_BASE_SECONDS = 0.01
 
@@ -80,13 +86,11 @@ class Database:
         self.conninfo = conninfo
         self.role = role
         self.pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False, name=name,
-                                   configure=self._configure)
+                                   configure=self._configure, kwargs=AUTOCOMMIT)
 
     def _configure(self, conn: psycopg.Connection) -> None:
         if self.role is not None:
             conn.execute(set_role(self.role))
-            if not conn.autocommit:
-                conn.commit()
 
     def connect(self) -> psycopg.Connection:
         """A connection of its own (outside the pool), in autocommit, as the pool's role: for LISTEN."""
@@ -142,13 +146,11 @@ class AsyncDatabase:
         self.conninfo = conninfo
         self.role = role
         self.pool = AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False, name=name,
-                                        configure=self._configure, timeout=timeout)
+                                        configure=self._configure, timeout=timeout, kwargs=AUTOCOMMIT)
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         if self.role is not None:
             await conn.execute(set_role(self.role))
-            if not conn.autocommit:
-                await conn.commit()
 
     async def connect(self) -> psycopg.AsyncConnection:
         """A connection of its own (outside the pool), in autocommit, as the pool's role: for LISTEN."""

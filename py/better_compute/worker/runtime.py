@@ -179,14 +179,18 @@ class Worker:
             log.exception("worker round failed; trying again in %.1f s", self.settings.poll_seconds)
 
     def tick(self) -> None:
+        """Claim first: the item that woke us (a node's acknowledgement, say) waits for no
+        housekeeping call. What housekeeping queues is claimed by the next round, at once for the
+        fan-out (its poke notifies) and within poll_seconds for a periodic item just made."""
+        self.claim()
+        self.renew_due_leases()
         if self.listener.outbox_notified.is_set():
             self.listener.outbox_notified.clear()
             self.db.call("worker_api.work_poke", FAN_OUT_KIND, PERIODIC_KEY)
         if time.monotonic() >= self.next_periodic_check:
-            self.db.call("worker_api.work_ensure_periodic")
+            if self.db.call("worker_api.work_ensure_periodic"):
+                self.claim()
             self.next_periodic_check = time.monotonic() + self.settings.poll_seconds
-        self.renew_due_leases()
-        self.claim()
 
     def claim(self) -> None:
         with self.lock:
