@@ -1,10 +1,11 @@
 -- Provisioning ends in a normal node: the token the agent put in the image joins (join_request:
 -- token_ref and a proof bound to the node's key, the signer's decision after) only with the
 -- machine's system uuid; then active, bookable. Release: cleaning revokes the node's key and
--- cordons it, and the old key can no longer retry its join; clean, it is deployed again and
+-- cordons it: the old key can no longer retry its join, and its certificate (valid until it
+-- expires) opens no session; clean, it is deployed again and
 -- rejoins with a new token and a new key.
 BEGIN;
-SELECT plan(14);
+SELECT plan(17);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 SELECT pgtap_fixtures.fleet('pack', 0, 1) AS pool \gset
 SELECT pgtap_fixtures.machine(:'pool', 'bm-1') AS machine \gset
@@ -44,6 +45,9 @@ SELECT is((SELECT count(*) FROM compute.node_identities WHERE node_id = :'node')
 SELECT throws_ok(format('SELECT node_api.join_request(%L, %L, pgtap_fixtures.inventory(''bm-1'', 2) || %L, %L, ''csr'', ''gw-1'')',
                         sha256(:'first'::bytea), :'old_proof'::bytea, jsonb_build_object('system_uuid', :'sysuuid'), :'old_key'::bytea),
                  'BC403', 'the join token is not valid', 'the old key cannot retry its join for a new certificate');
+SELECT throws_ok(format('SELECT node_api.session_open(%L, ''gw-1'', %L)', :'node', :'old_key'::bytea), 'BC403',
+                 format('the certificate''s key is not the registered key of node %s', :'node'),
+                 'and its certificate, still unexpired, opens no session');
 SELECT is(pgtap_fixtures.machine_run(:'machine', 'bcjt_second'), 'deploy_wait', 'cleaned, available, deployed again');
 SELECT node_api.join_request(sha256(:'second'::bytea), :'new_proof'::bytea,
                              pgtap_fixtures.inventory('bm-1', 2) || jsonb_build_object('system_uuid', :'sysuuid'),
@@ -52,6 +56,10 @@ SELECT is((SELECT public_key FROM compute.node_identities WHERE node_id = :'node
           'the rejoin registers the new key for the same node');
 SELECT is(worker_api.svid_issued((:'rejoined'::jsonb ->> 'request_id')::uuid, NULL, 'PEM', sha256('one')), 'issued',
           'and its certificate is authorised');
+SELECT ok(node_api.session_open(:'node', 'gw-1', :'new_key'::bytea) > 0, 'the new key''s certificate opens a session');
+SELECT throws_ok(format('SELECT node_api.session_open(%L, ''gw-1'', %L)', :'node', :'old_key'::bytea), 'BC403',
+                 format('the certificate''s key is not the registered key of node %s', :'node'),
+                 'the old one still none');
 SELECT is((SELECT state || ' ' || NOT EXISTS (SELECT 1 FROM compute.node_flags WHERE node_id = :'node')
              FROM compute.machines WHERE machine_id = :'machine'), 'active true', 'active again, no flag left');
 
