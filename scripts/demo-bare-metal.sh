@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo-bare-metal`: the bare-metal flow with real processes (docs/bare-metal.md). The demo
-# database (`dev up`), the gateway and the worker; a real Redfish BMC (sushy-tools' emulator, fake
+# database (`dev up`), the signer (the node CA's key), the gateway (none) and the worker; a real Redfish BMC (sushy-tools' emulator, fake
 # driver: scripts/bmc_emulator.py; power changes land 2 s later here); the site agent. The operator
 # registers the agent, enrolls a machine (its password sealed in the CLI), manages and provides it;
 # the BMC boots the image; the image's bcd joins with the machine's own token; the machine is active.
@@ -56,8 +56,10 @@ system_uuid=$("$PY" -c 'import uuid; print(uuid.uuid4())')
 "$PY" -c 'import secrets; print(secrets.token_urlsafe(18))' > "$DEMO/bmc-password"
 echo "an image that boots bcd" > "$DEMO/images/bcd.iso"
 
-printf '\n# the control plane (gateway, worker), a Redfish BMC, an image server (logs in %s/*.log)\n' "$DEMO"
-start gateway "$BC" serve gateway --dsn "$dsn" --port 0 --name gw-bm --ca-key "$DEMO/keys/ca.key" \
+printf '\n# the control plane (signer, gateway, worker), a Redfish BMC, an image server (logs in %s/*.log)\n' "$DEMO"
+start signer "$BC" serve signer --dsn "$dsn" --ca-key "$DEMO/keys/ca.key"  # the only holder of the node CA key
+wait_for "$DEMO/signer.log" 'published: node CA '
+start gateway "$BC" serve gateway --dsn "$dsn" --port 0 --name gw-bm --ca-bundle "$DEMO/keys/ca-bundle.crt" \
     --intent-key "$DEMO/keys/intent.key" --heartbeat-seconds 2 --spec-poll-seconds 2
 start worker "$BC" serve worker --dsn "$dsn" --owner bm-worker --poll-seconds 0.2 --intent-key "$DEMO/keys/intent.key" \
     --audit-key "$DEMO/keys/audit.pem" --webhook-key "$DEMO/keys/webhook.key"
@@ -101,5 +103,5 @@ wait_state "$machine" active
 step psql "$dsn" -c "select m.name, m.state, m.generation, m.failure_count, m.bmc_reachable, m.credentials_worked, encode(sha256(i.public_key), 'hex') as new_node_key from ops.machines m join compute.node_identities i on i.node_id = m.node_id where m.name = '$machine'"
 step psql "$dsn" -c "select op_id, state_name, step, kind, state, round(extract(epoch from finished_at - claimed_at)::numeric, 1) as seconds from ops.bmc_ops where machine = '$machine' order by op_id"
 step psql "$dsn" -c "select event_type, payload ->> 'from' as from_state, payload ->> 'state' as state from compute.outbox where aggregate_type = 'machine' and aggregate_id = (select machine_id::text from ops.machines where name = '$machine') order by event_id"
-printf '\nthe BMC password in a dump of every table, and in the logs of the gateway, the worker and the agent: %s times\n' \
-    "$(cat <(pg_dump --data-only "$dsn") "$DEMO/gateway.log" "$DEMO/worker.log" "$DEMO/agent.log" | grep -cF "$(cat "$DEMO/bmc-password")" || true)"
+printf '\nthe BMC password in a dump of every table, and in the logs of the gateway, the signer, the worker and the agent: %s times\n' \
+    "$(cat <(pg_dump --data-only "$dsn") "$DEMO/gateway.log" "$DEMO/signer.log" "$DEMO/worker.log" "$DEMO/agent.log" | grep -cF "$(cat "$DEMO/bmc-password")" || true)"

@@ -3,7 +3,8 @@
 --   join            a join token (single use, under concurrency: one UPDATE consumes it) and the
 --                   node's inventory adopt the node into the token's pool; the node's public key is
 --                   kept so that its signatures (and certificate renewals) can be checked
---   session_open    a new session_epoch for the node: every later node write carries it, and a
+--   session_open    a new session_epoch for the node, only for the key its certificate carries when
+--                   that is the node's registered key: every later node write carries it, and a
 --                   write with an older epoch is FENCED (a second session fences the first)
 --   heartbeats      every session of one gateway in one statement per interval
 --   session_close   the session ends; nothing else changes (P6: disconnected is not dead)
@@ -107,16 +108,25 @@ END
 $$;
 COMMENT ON FUNCTION compute.node_not_quarantined(uuid) IS 'ACCESS_DENIED when the node is quarantined (no session, no certificate).';
 
-CREATE FUNCTION compute.session_open(p_node_id uuid, p_gateway text)
+CREATE FUNCTION compute.session_open(p_node_id uuid, p_gateway text, p_public_key bytea)
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
+-- Lock order: the node's session row (the upsert).
 DECLARE
     v_now   timestamptz := compute.compute_now();
     v_epoch bigint;
 BEGIN
     PERFORM compute.node_get(p_node_id);
     PERFORM compute.node_not_quarantined(p_node_id);
+    -- A certificate outlives its key's registration (a released machine's key is deleted, a key
+    -- report replaces it): it opens a session only while its key is the node's registered key.
+    IF p_public_key IS NULL OR NOT EXISTS (SELECT 1 FROM compute.node_identities AS i
+                                            WHERE i.node_id = p_node_id AND i.public_key = p_public_key) THEN
+        PERFORM compute.raise_error('ACCESS_DENIED',
+            pg_catalog.format('the certificate''s key is not the registered key of node %s', p_node_id),
+            'The node''s key was revoked (its machine was released) or replaced since this certificate was issued: the node joins again with a new token.');
+    END IF;
     INSERT INTO compute.node_sessions AS s (node_id, epoch, gateway, opened_at, last_heard_at)
     VALUES (p_node_id, 1, p_gateway, v_now, v_now)
     ON CONFLICT (node_id) DO UPDATE
@@ -126,7 +136,7 @@ BEGIN
     RETURN v_epoch;
 END
 $$;
-COMMENT ON FUNCTION compute.session_open(uuid, text) IS 'Open a session: a new epoch, which fences every older one.';
+COMMENT ON FUNCTION compute.session_open(uuid, text, bytea) IS 'Open a session for the holder of the node''s registered key: a new epoch, which fences every older one.';
 
 CREATE FUNCTION compute.sessions_heard(p_gateway text, p_node_ids uuid[], p_epochs bigint[])
 RETURNS uuid[]
@@ -197,8 +207,19 @@ $$;
 COMMENT ON FUNCTION node_api.join(text, jsonb, bytea) IS 'Removed: UNSUPPORTED (a token crosses the gateway only bound to the node''s key: node_api.join_request).';
 
 CREATE FUNCTION node_api.session_open(p_node_id uuid, p_gateway text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.session_open(p_node_id, p_gateway) $$;
-COMMENT ON FUNCTION node_api.session_open(uuid, text) IS 'A new session epoch for the node (fences older sessions).';
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    PERFORM compute.raise_error('UNSUPPORTED',
+        'node_api.session_open without the certificate''s key: a session opens only for the node''s registered key',
+        'Upgrade the gateway to this release: it calls node_api.session_open(node_id, gateway, public_key) with the DER SubjectPublicKeyInfo of the client certificate.');
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION node_api.session_open(uuid, text) IS 'Removed: UNSUPPORTED (a session opens only for the node''s registered key: node_api.session_open(uuid, text, bytea)).';
+
+CREATE FUNCTION node_api.session_open(p_node_id uuid, p_gateway text, p_public_key bytea) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.session_open(p_node_id, p_gateway, p_public_key) $$;
+COMMENT ON FUNCTION node_api.session_open(uuid, text, bytea) IS 'A new session epoch for the node whose client certificate carries its registered key (fences older sessions).';
 
 CREATE FUNCTION node_api.heartbeats(p_gateway text, p_node_ids uuid[], p_epochs bigint[]) RETURNS uuid[]
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.sessions_heard(p_gateway, p_node_ids, p_epochs) $$;

@@ -99,12 +99,15 @@ def test_enroll_provision_join_release_clean_rejoin_with_a_new_key(
         new_key = public_key_b64(sql, node_id)
         assert new_key not in (None, old_key)  # the same node, a new key
 
-        # The old identity (the first boot's state: key and certificate) is refused: it gets no
-        # session, or what it reports is rejected; the node keeps its new key.
+        # The old identity (the first boot's state: key and an SVID still valid) gets no session:
+        # its key is not the node's registered one; the node keeps its new key and its session.
+        epochs = "SELECT coalesce(max(epoch), 0) FROM compute.node_sessions WHERE node_id = %s"
+        epoch = sql.execute(epochs, (node_id,)).fetchone()[0]
         with running_bcd(gateway, tmp_path / "boot-1" / "state", "bm-01", tmp_path / "old-cdi.yaml") as old:
-            wait_until(lambda: old.process.poll() is not None or sql.execute(
-                "SELECT count(*) FROM ops.node_reports_rejected WHERE node_id = %s", (node_id,)).fetchone()[0] > 0,
-                "the old identity refused", old.log, timeout=30)
+            wait_until(lambda: "is not the registered key of node" in old.log(), "the old identity refused", old.log,
+                       timeout=30)
+            assert "session open" not in old.log()
+        assert sql.execute(epochs, (node_id,)).fetchone()[0] == epoch
         assert public_key_b64(sql, node_id) == new_key
 
     ops = sql.execute("SELECT kind, state FROM compute.bmc_ops WHERE machine_id = %s ORDER BY op_id", (machine,)).fetchall()

@@ -39,6 +39,7 @@ from better_compute.nodeproto import (FENCED, NODE_MESSAGE_BYTES, SESSION_PATH, 
                                       Renew, Result, Spec, decode, encode, read_intent_key, report_body)
 from better_compute.pki import (CertificateAuthority, IntentSigner, generate_node_key, issue_svid, make_csr,
                                 open_envelope, verify_svid)
+from better_compute.pki.binding import public_key_der
 from better_compute.pki.signing import key_proof
 from fleet import make_pool
 from gateway_support import (GatewayProcess, NodeRefused, NodeSession, TestNode, running_gateway,
@@ -191,7 +192,8 @@ async def test_a_newer_session_fences_the_older(gateway: GatewayProcess, sql: ps
             assert (await first.expect(Error)).code == "FENCED"
             assert await first.closed_with() == FENCED
             # At another gateway: the database fences this one; its next write is refused and closed.
-            sql.execute("SELECT node_api.session_open(%s, 'gw-elsewhere')", (node.node_id,))
+            sql.execute("SELECT node_api.session_open(%s, 'gw-elsewhere', %s)",
+                        (node.node_id, public_key_der(node.key.public_key())))
             await second.send(Inventory(second.report("node.inventory", {"inventory": node.inventory})))
             assert (await second.expect(Error)).code == "FENCED"
             assert await second.closed_with() == FENCED
@@ -214,6 +216,25 @@ async def test_a_session_needs_an_svid_of_the_gateway_ca(gateway: GatewayProcess
         async with node.session(gateway):
             pass
     assert sql.execute("SELECT count(*) FROM compute.node_sessions").fetchone()[0] == 0  # none was opened
+
+
+@pytest.mark.anyio
+async def test_a_certificate_whose_key_is_not_the_nodes_registered_key_opens_no_session(
+        gateway: GatewayProcess, sql: psycopg.Connection, pool_id: uuid.UUID, tmp_path: Path) -> None:
+    """An SVID stays valid until it expires, but it opens a session only while its key is the node's
+    registered key: a released machine's old identity (key deleted) and a replaced key get nothing."""
+    node = await joined_node(gateway, sql, pool_id, tmp_path)
+    async with node.session(gateway) as session:
+        assert session.hello is not None
+    other = public_key_der(generate_node_key().public_key())
+    sql.execute("SELECT compute.node_key_replace(%s, %s)", (node.node_id, other))  # as a key report does
+    async with node.session(gateway, expect_hello=False) as session:
+        assert (await session.expect(Error)).code == "ACCESS_DENIED"
+        assert await session.closed_with() == CloseCode.POLICY_VIOLATION
+    sql.execute("DELETE FROM compute.node_identities WHERE node_id = %s", (node.node_id,))  # as a machine release does
+    async with node.session(gateway, expect_hello=False) as session:
+        assert (await session.expect(Error)).code == "ACCESS_DENIED"
+    assert connection_of(sql, node.node_id)["connected"] is False
 
 
 @pytest.mark.anyio

@@ -95,7 +95,8 @@ def node(sql: psycopg.Connection, gateway_login: psycopg.Connection) -> Node:
                                    (base64.b64decode(token_ref), base64.b64decode(proof),
                                     Jsonb(h200_inventory(hostname, 2)), der(key))).fetchone()[0]
     node = Node(joined["node_id"], hostname, key)
-    node.epoch = gateway_login.execute("SELECT node_api.session_open(%s, 'gw-forge')", (node.node_id,)).fetchone()[0]
+    node.epoch = gateway_login.execute("SELECT node_api.session_open(%s, 'gw-forge', %s)",
+                                       (node.node_id, der(key))).fetchone()[0]
     return node
 
 

@@ -21,7 +21,7 @@ SELECT is((SELECT reason FROM ops.svid_requests WHERE request_id = :'join_reques
           'with the reason, for operators');
 SELECT is(node_api.certificate_get(:'join_request') ->> 'certificate', NULL, 'and the gateway gets no certificate');
 
-SELECT node_api.session_open(:'node', 'gw-1') AS epoch \gset
+SELECT pgtap_fixtures.session_open(:'node', 'gw-1') AS epoch \gset
 SELECT node_api.renew_request(:'node', :'epoch', 'gw-1', 'csr', :'node_key'::bytea,
            jsonb_build_object('body', jsonb_build_object('node_id', :'node', 'epoch', :'epoch' + 1,
                                                          'public_key_sha256', encode(sha256(:'node_key'::bytea), 'hex')))) AS renewal \gset

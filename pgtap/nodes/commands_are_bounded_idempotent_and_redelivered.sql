@@ -7,7 +7,7 @@ SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 SELECT pgtap_fixtures.fleet('pack', 1, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
 SELECT node_id AS node FROM compute.nodes WHERE pool_id = :'pool' \gset
-SELECT node_api.session_open(:'node', 'gw-1') AS epoch \gset
+SELECT pgtap_fixtures.session_open(:'node', 'gw-1') AS epoch \gset
 SELECT (compute.command_enqueue(:'node', 'reboot', '{}', 'k1')).command_id AS cmd \gset
 
 SELECT is((compute.command_enqueue(:'node', 'reboot', '{}', 'k1')).command_id, :'cmd'::uuid, 'the same key answers the same command');

@@ -2,12 +2,12 @@
 -- command result and key itself stay defined (released verify scripts name them; an older gateway
 -- must be told what to do), but each only answers UNSUPPORTED and changes nothing (P14).
 BEGIN;
-SELECT plan(7);
+SELECT plan(8);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 SELECT pgtap_fixtures.fleet('pack', 1, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
 SELECT node_id AS node FROM compute.nodes WHERE pool_id = :'pool' LIMIT 1 \gset
-SELECT node_api.session_open(:'node', 'gw-1') AS epoch \gset
+SELECT pgtap_fixtures.session_open(:'node', 'gw-1') AS epoch \gset
 SELECT md5(inventory::text) AS inventory_before FROM compute.nodes WHERE node_id = :'node' \gset
 
 SELECT throws_ok(format($$SELECT node_api.inventory_report(%L, %s, '{"version": 1, "devices": []}')$$, :'node', :epoch),
@@ -20,6 +20,8 @@ SELECT throws_ok(format($$SELECT node_api.node_key_renewed(%L, %s, '\x00')$$, :'
                  'BC501', NULL, 'node_key_renewed answers UNSUPPORTED');
 SELECT throws_ok(format($$SELECT node_api.node_public_key(%L)$$, :'node'),
                  'BC501', NULL, 'node_public_key answers UNSUPPORTED');
+SELECT throws_ok(format($$SELECT node_api.session_open(%L, 'gw-1')$$, :'node'),
+                 'BC501', NULL, 'session_open without the certificate''s key answers UNSUPPORTED');
 SELECT is((SELECT md5(inventory::text) FROM compute.nodes WHERE node_id = :'node'), :'inventory_before',
           'the inventory is unchanged');
 SELECT is((SELECT observed_generation FROM compute.node_specs WHERE node_id = :'node'), NULL,

@@ -5,8 +5,8 @@ SELECT plan(6);
 
 SELECT pgtap_fixtures.fleet('pack', 1, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
 SELECT node_id AS node FROM compute.nodes WHERE pool_id = :'pool' \gset
-SELECT node_api.session_open(:'node', 'gw-1') AS first \gset
-SELECT node_api.session_open(:'node', 'gw-2') AS second \gset
+SELECT pgtap_fixtures.session_open(:'node', 'gw-1') AS first \gset
+SELECT pgtap_fixtures.session_open(:'node', 'gw-2') AS second \gset
 
 SELECT is(:second::bigint, :first::bigint + 1, 'a new session has a newer epoch');
 SELECT is(node_api.heartbeats('gw-1', ARRAY[:'node'::uuid], ARRAY[:first::bigint]), ARRAY[:'node'::uuid],

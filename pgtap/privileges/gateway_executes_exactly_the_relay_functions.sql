@@ -17,7 +17,7 @@ $$, ARRAY['node_api.now()',
           'node_api.gateway_certificate_request(text,text,bytea,text[])',
           'node_api.certificate_get(uuid)',
           'node_api.trust_bundle()',
-          'node_api.session_open(uuid,text)',
+          'node_api.session_open(uuid,text,bytea)',
           'node_api.heartbeats(text,uuid[],bigint[])',
           'node_api.session_close(uuid,bigint)',
           'node_api.spec_get(uuid,bigint)',
@@ -27,6 +27,7 @@ $$, ARRAY['node_api.now()',
           'node_api.error_contract()',
           -- removed writes: they only answer UNSUPPORTED (pgtap/nodes/removed_gateway_writes_are_unsupported.sql)
           'node_api."join"(text,jsonb,bytea)',  -- took the raw join token (issue 20)
+          'node_api.session_open(uuid,text)',  -- without the certificate's key
           'node_api.node_public_key(uuid)',
           'node_api.inventory_report(uuid,bigint,jsonb)',
           'node_api.node_key_renewed(uuid,bigint,bytea)',

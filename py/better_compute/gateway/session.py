@@ -1,7 +1,9 @@
 """Path /session: a joined node's session, from its SVID to its end (docs/architecture.md §8, docs/nodes.md).
 
 Identity: the node id is the one of the client certificate (pki.verify_svid), never of a message.
-`node_api.session_open` gives the session its epoch; every write carries it, and a FENCED answer
+`node_api.session_open` (with the certificate's public key: a session opens only while it is the
+node's registered key, so an SVID that outlived its key opens none) gives the session its epoch;
+every write carries it, and a FENCED answer
 (a newer session of the node exists, here or at another gateway) closes the connection with 4001.
 
 What a node reports going up (inventory, observed, result, key) is signed by the node (P14), and
@@ -218,7 +220,8 @@ class Sessions:
                 raise ProtocolError(ACCESS_DENIED, f"the client certificate is not a valid SVID of a trusted node CA: "
                                     f"{error}", "Renew the certificate before it expires; a node whose SVID expired "
                                     "or comes from a node CA rotated out since must join again with a new token.") from None
-            epoch = await self.context.db.call("node_api.session_open", node_id, self.context.settings.gateway)
+            epoch = await self.context.db.call("node_api.session_open", node_id, self.context.settings.gateway,
+                                               public_key_der(certificate.public_key()))
         except (ContractError, ProtocolError) as refused:
             log.info("session from %s refused: %s", channel.peer, refused)
             await channel.refuse(refused)
