@@ -7,7 +7,7 @@ SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 SELECT pgtap_fixtures.fleet('pack', 1, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
 SELECT node_id AS node FROM compute.nodes WHERE pool_id = :'pool' \gset
-SELECT node_api.session_open(:'node', 'gw-1') AS epoch \gset
+SELECT pgtap_fixtures.session_open(:'node', 'gw-1') AS epoch \gset
 SELECT pgtap_fixtures.api('reservations.create', pgtap_fixtures.tenant('A'),
     jsonb_build_object('pool_id', :'pool', 'shape', 'gpu', 'count', 1, 'end', '2030-01-01 02:00+00')) #>> '{data,reservation_id}' AS r \gset
 SELECT booking_id AS booking FROM compute.bookings WHERE reservation_id = :'r' \gset

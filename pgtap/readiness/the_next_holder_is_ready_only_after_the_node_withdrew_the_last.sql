@@ -9,7 +9,7 @@ SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 SELECT pgtap_fixtures.fleet('pack', 1, 1, false, pgtap_fixtures.tenant('A')) AS pool \gset
 SELECT node_id AS node, name AS node_name FROM compute.nodes WHERE pool_id = :'pool' \gset
 SELECT uuid AS gpu FROM compute.devices WHERE node_id = :'node' \gset
-SELECT node_api.session_open(:'node', 'gw-1') AS epoch \gset
+SELECT pgtap_fixtures.session_open(:'node', 'gw-1') AS epoch \gset
 SELECT pgtap_fixtures.api('reservations.create', pgtap_fixtures.tenant('A'),
     jsonb_build_object('pool_id', :'pool', 'shape', 'gpu', 'count', 1, 'end', '2030-01-01 01:00+00')) #>> '{data,reservation_id}' AS first \gset
 SELECT pgtap_fixtures.api('reservations.create', pgtap_fixtures.tenant('A'),
