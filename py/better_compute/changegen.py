@@ -35,6 +35,7 @@ GENERATED = "-- Written by `better-compute db change` (or `db regenerate`) from 
 
 _FUNCTIONS = """
 SELECT p.oid::regprocedure::text, pg_catalog.pg_get_functiondef(p.oid), pg_catalog.pg_get_function_result(p.oid),
+       pg_catalog.pg_get_function_arguments(p.oid),
        pg_catalog.obj_description(p.oid, 'pg_proc'),
        coalesce((SELECT pg_catalog.array_agg(a.grantee::regrole::text || ':' || a.privilege_type ORDER BY 1, 2)
                    FROM pg_catalog.aclexplode(p.proacl) AS a WHERE a.grantee <> p.proowner AND a.grantee <> 0), '{}'),
@@ -59,6 +60,12 @@ SELECT c.oid::regclass::text, CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' E
        pg_catalog.obj_description(c.oid, 'pg_class')
   FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
  WHERE c.relkind IN ('r', 'p', 'v') AND n.nspname = ANY(%(schemas)s)"""
+_TYPE_USERS = """
+SELECT DISTINCT p.oid::regprocedure::text
+  FROM pg_catalog.pg_depend AS d JOIN pg_catalog.pg_proc AS p ON p.oid = d.objid
+  JOIN pg_catalog.pg_type AS t ON t.oid = d.refobjid
+ WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.refclassid = 'pg_catalog.pg_type'::regclass
+   AND (t.oid = ANY(%(types)s::regtype[]) OR t.typelem = ANY(%(types)s::regtype[]))"""
 _CONSTRAINTS = """
 SELECT c.conrelid::regclass::text, c.conname, pg_catalog.pg_get_constraintdef(c.oid)
   FROM pg_catalog.pg_constraint AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.connamespace
@@ -70,6 +77,7 @@ class Function:
     signature: str
     definition: str
     result: str
+    arguments: str  # with their names and defaults, which CREATE OR REPLACE cannot change
     comment: str | None
     grants: tuple[str, ...]  # "role:PRIVILEGE", owner and PUBLIC left out
     public: bool  # PUBLIC may execute it
@@ -88,8 +96,8 @@ def read_catalog(dsn: str) -> Catalog:
     catalog = Catalog()
     args = {"schemas": list(SCHEMAS)}
     with psycopg.connect(dsn) as conn:
-        for sig, definition, result, comment, grants, public, kind in conn.execute(_FUNCTIONS, args):
-            catalog.functions[sig] = Function(sig, definition, result, comment, tuple(grants), public, kind)
+        for sig, definition, result, arguments, comment, grants, public, kind in conn.execute(_FUNCTIONS, args):
+            catalog.functions[sig] = Function(sig, definition, result, arguments, comment, tuple(grants), public, kind)
         catalog.views = dict(conn.execute(_VIEWS, args).fetchall())
         for relation, kind, column, comment in conn.execute(_RELATION_COMMENTS, args):
             catalog.comments[(relation, kind, column)] = comment
@@ -124,7 +132,7 @@ def _privileges(function: Function, before: Function | None) -> list[str]:
 def _define(function: Function, before: Function | None) -> list[str]:
     """Statements that take the database from `before` (None: absent) to `function`."""
     statements = []
-    if before is not None and before.result != function.result:
+    if before is not None and (before.result, before.arguments) != (function.result, function.arguments):
         statements.append(f"DROP {before.kind} {before.signature};")
         before = None
     if before is None or before.definition != function.definition:
@@ -252,10 +260,39 @@ class Kept:
     revert_last: list[str] = field(default_factory=list)  # revert, after: dropping tables, types, indexes
 
 
+def dropped_types(statements: list[str]) -> list[str]:
+    """The types that statements drop (`DROP TYPE compute.t`), by qualified name."""
+    names = []
+    for statement in statements:
+        parsed = pglast.parse_sql(statement)[0].stmt
+        if isinstance(parsed, ast.DropStmt) and parsed.removeType == ObjectType.OBJECT_TYPE:
+            names += [".".join(part.sval for part in name.names) for name in parsed.objects]
+    return names
+
+
+def _type_users(dsn: str, types: list[str]) -> set[str]:
+    """The functions whose arguments or result are one of `types` (or an array of one)."""
+    if not types:
+        return set()
+    with psycopg.connect(dsn) as conn:
+        return {sig for (sig,) in conn.execute(_TYPE_USERS, {"types": types})}
+
+
+def _only(catalog: Catalog, signatures: set[str], keep: bool) -> Catalog:
+    """`catalog` with only the functions in `signatures` (keep) or without them."""
+    return Catalog(functions={sig: f for sig, f in catalog.functions.items() if (sig in signatures) == keep},
+                   views=catalog.views if not keep else {}, comments=catalog.comments if not keep else {},
+                   constraints=catalog.constraints if not keep else {})
+
+
 def _between(build_before: Callable[[str], object], build_after: Callable[[str], object], kept: Kept = Kept()) -> Generated:
     """Build two scratch databases on a throwaway cluster, write the statements from the first to the
     second, and check them: the deploy applied to the first must leave only what `by_hand` lists
-    different from the second, and the revert must give the first's catalog back."""
+    different from the second, and the revert must give the first's catalog back.
+
+    A type that the kept statements drop and create again takes the functions that use it along: the
+    deploy drops them (as they were), runs the kept statements, then creates them (as they become);
+    the revert drops them, runs its kept statements, then creates them as they were."""
     cluster = embedded.throwaway("bc-change-")
     cluster.start()
     try:
@@ -265,15 +302,22 @@ def _between(build_before: Callable[[str], object], build_after: Callable[[str],
         build_before(before_dsn)
         build_after(after_dsn)
         before = dump_entries(before_dsn)
+        users = _type_users(before_dsn, dropped_types(kept.early)) | _type_users(after_dsn, dropped_types(kept.revert_last))
+        was = _only(read_catalog(before_dsn), users, keep=True)
+        first = [*_step(was, Catalog()), *kept.early]
         try:
-            _apply(before_dsn, kept.early)
+            _apply(before_dsn, first)
         except psycopg.Error as error:
             raise migrate.PlanError(f"the statements kept before the functions do not run first ({error})") from error
         plan, target = read_catalog(before_dsn), read_catalog(after_dsn)
-        generated = Generated(deploy=[*kept.early, *_step(plan, target), *kept.late],
-                              revert=[*kept.revert_first, *_step(target, plan), *kept.revert_last],
+        forward, back = _step(plan, target), _step(_only(target, users, keep=False), plan)
+        # A kept comment the tool writes too (on a table or a column) is written once, by the tool.
+        generated = Generated(deploy=[*first, *forward, *[s for s in kept.late if s not in forward]],
+                              revert=[*[s for s in kept.revert_first if s not in back],
+                                      *_step(_only(target, users, keep=True), Catalog()), *back, *kept.revert_last,
+                                      *_step(Catalog(), was)],
                               verify=_verify(plan, target), objects=_objects(plan, target))
-        _apply(before_dsn, generated.deploy[len(kept.early):])
+        _apply(before_dsn, generated.deploy[len(first):])
         generated.by_hand = _differing(dump_entries(before_dsn), dump_entries(after_dsn))
         if not generated.by_hand:
             _apply(before_dsn, generated.revert)
@@ -319,10 +363,17 @@ def kept_statements(script: str) -> list[str]:
     return kept
 
 
+_USE_FUNCTIONS = frozenset({ObjectType.OBJECT_TRIGGER, ObjectType.OBJECT_VIEW, ObjectType.OBJECT_MATVIEW,
+                            ObjectType.OBJECT_RULE, ObjectType.OBJECT_POLICY})
+
+
 def _is_early(statement: str) -> bool:
-    """A definition functions may use (a table, a type, an index, dropping one in a revert)."""
+    """A definition functions may use (a table, a type, an index, dropping one in a revert), not
+    dropping what may use a function (a trigger, a view: a revert drops those before the functions)."""
     parsed = pglast.parse_sql(statement)[0].stmt
-    return isinstance(parsed, _EARLY) or (isinstance(parsed, ast.DropStmt) and parsed.removeType not in _ROUTINES)
+    if isinstance(parsed, ast.DropStmt):
+        return parsed.removeType not in _ROUTINES | _USE_FUNCTIONS
+    return isinstance(parsed, _EARLY)
 
 
 def regenerate(name: str, top: Path = migrate.MIGRATIONS_DIR) -> Generated:
