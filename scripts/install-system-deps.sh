@@ -10,6 +10,8 @@ packages=(
   libtap-parser-sourcehandler-pgtap-perl # pg_prove
   sqitch libdbd-pg-perl                  # the DBA's migration tool, proven compatible in the tests
   prometheus                             # a real remote-write receiver for the daemon's telemetry test
+  libvirt-clients libvirt-dev pkg-config # libvirt-python builds against them; bcd's hypervisor driver (test:///default in tests)
+  gcc python3-dev                        # to build libvirt-python (it has no wheel)
 )
 
 missing=()

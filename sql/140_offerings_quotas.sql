@@ -13,7 +13,11 @@ CREATE TABLE compute.offerings (
     max_count     integer NOT NULL CHECK (max_count > 0),
     max_duration  interval NOT NULL CHECK (max_duration > interval '0'),
     created_at    timestamptz NOT NULL,
-    UNIQUE (pool_id, shape, instance_kind)
+    vcpus_per_atom      integer CHECK (vcpus_per_atom > 0),
+    memory_mib_per_atom integer CHECK (memory_mib_per_atom > 0),
+    UNIQUE (pool_id, shape, instance_kind),
+    -- A VPS's CPU and memory follow its GPUs: per-atom amounts, only on vps offerings (sql/700_instances.sql).
+    CONSTRAINT offerings_vps_sizes CHECK (instance_kind = 'vps' OR (vcpus_per_atom IS NULL AND memory_mib_per_atom IS NULL))
 );
 COMMENT ON TABLE compute.offerings IS 'What a tenant may ask a pool for: shape, instance kind, max count and max duration.';
 

@@ -31,6 +31,7 @@ CREATE TABLE compute.reservations (
     activated_at    timestamptz,
     ended_at        timestamptz,
     end_reason      text,
+    instance_kind   text NOT NULL DEFAULT 'devices' CHECK (instance_kind IN ('devices', 'bare_metal', 'vps')),
     CHECK ((state = 'provisional') = (expires_at IS NOT NULL)),
     CHECK ((hold_seconds IS NULL) = (hold_until IS NULL)),
     FOREIGN KEY (project_id, tenant_id) REFERENCES compute.projects (project_id, tenant_id),

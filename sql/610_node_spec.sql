@@ -38,6 +38,10 @@ BEGIN
                            'placement', x.placement, 'slot', x.slot, 'cdi_name', compute.cdi_name(x.kind, x.uuid, x.mig_uuid),
                            'mig_uuid', x.mig_uuid, 'reservation_id', x.reservation_id, 'until', x.until)
                        ORDER BY x.index, x.placement, x.slot), '[]'))
+                   -- The VMs it must run (sql/700_instances.sql), only when there are any; their GPUs
+                   -- are passed through, never in "devices" (hence never in the CDI file).
+                   || (SELECT CASE WHEN v.instances <> '[]' THEN pg_catalog.jsonb_build_object('instances', v.instances) ELSE '{}' END
+                         FROM (SELECT compute.node_spec_instances(p_node_id) AS instances) AS v)
               FROM (SELECT d.uuid, d.index, a.kind, a.profile, a.placement, a.slot, b.reservation_id, upper(b.during) AS until,
                            CASE WHEN a.kind = 'mig' THEN compute.inventory_mig_uuid(n.inventory, d.uuid, a.profile, a.placement) END
                                AS mig_uuid
@@ -45,7 +49,9 @@ BEGIN
                       JOIN compute.atoms AS a ON a.atom_id = b.atom_id
                       JOIN compute.devices AS d ON d.device_id = b.device_id
                       JOIN compute.nodes AS n ON n.node_id = b.node_id
+                      JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
                      WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> compute.compute_now()
+                       AND r.instance_kind <> 'vps'
                     OFFSET 0) AS x);  -- OFFSET 0: the subquery stays one, so mig_uuid is computed once per row
 END
 $$;

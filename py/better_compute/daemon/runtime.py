@@ -29,7 +29,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -46,6 +46,9 @@ from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT
                                       Heartbeat, Hello, Inventory, Message, Observed, ProtocolError, Renew, Result, Spec,
                                       decode, encode, report_body)
 from better_compute.pki import EnvelopeError, PkiError, make_csr, open_envelope, renew_at, sign_envelope
+
+if TYPE_CHECKING:
+    from better_compute.daemon.hypervisor import Hypervisor
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +117,7 @@ class Daemon:
     """One node's behaviour: what it sends, and what it answers to each message from the gateway."""
 
     def __init__(self, state: NodeState, driver: InventoryDriver, cdi_path: Path, clock: Clock = wall_clock,
-                 journal_bound: int = DEFAULT_BOUND) -> None:
+                 journal_bound: int = DEFAULT_BOUND, hypervisor: Hypervisor | None = None) -> None:
         self.state = state
         self.credentials: Credentials = state.load()  # NotJoined before anything is made in the directory
         self.driver = driver
@@ -129,6 +132,10 @@ class Daemon:
         self.applied: tuple[int, list[Any]] | None = None
         self.epoch = 0  # of the session open now (its hello), and the number of the last report sent in it
         self.seq = 0
+        # The VPS reconciler (daemon/hypervisor.py), on hosts that run VMs; and the newest verified
+        # spec's instances, which it converges to between specs too.
+        self.hypervisor = hypervisor
+        self.instances: list[Any] = []
 
     @property
     def node_id(self) -> UUID:
@@ -223,12 +230,25 @@ class Daemon:
             return [] if last is None else [self.observed(last, failed)]
         self.journal.last_generation = generation
         self.applied = (generation, spec["devices"])
+        self.instances = spec.get("instances", []) if isinstance(spec.get("instances", []), list) else []
+        instances, vm_conditions = self.converge_instances()
         self.specs_applied += 1
         log.info("spec generation %d applied: %d device(s)%s%s", generation,
                  len(cdi.document["devices"]) if cdi.document else 0,
                  f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "",
                  f", not writable {', '.join(name for name, _ in cdi.refused)}" if cdi.refused else "")
-        return [self.observed(generation, spec_conditions(cdi))]
+        return [self.observed(generation, spec_conditions(cdi) + vm_conditions, instances)]
+
+    def converge_instances(self) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+        """Converge the host's VMs to the newest verified spec's instances: what each is now (None
+        where this node runs no hypervisor) and the node's conditions."""
+        if self.hypervisor is None:
+            return None, []
+        try:
+            reports, conditions = self.hypervisor.converge(self.instances, self.driver.collect())
+        except InventoryError as error:
+            return [], [{"type": "HypervisorReady", "status": "False", "message": f"inventory unreadable: {error}"[:1000]}]
+        return [report.document() for report in reports], conditions
 
     def cdi_spec(self, generation: int, devices: list[Any]) -> CdiSpec:
         """The CDI spec of these bookings on the node as the driver sees it now, with the driver's
@@ -263,6 +283,7 @@ class Daemon:
         applied when it came). Whether it had drifted."""
         if self.applied is None:
             return False
+        self.converge_instances()  # a tampered or vanished domain is put back within one interval
         generation, devices = self.applied
         try:
             drifted = write_spec(self.cdi_spec(generation, devices), self.cdi_path)
@@ -273,8 +294,9 @@ class Daemon:
             log.warning("the CDI file had drifted from spec generation %d: rewritten", generation)
         return drifted
 
-    def observed(self, generation: int, conditions: list[dict[str, Any]]) -> Observed:
-        return Observed(self.report(OBSERVED_REPORT, {"generation": generation, "conditions": conditions}))
+    def observed(self, generation: int, conditions: list[dict[str, Any]], instances: list[dict[str, Any]] | None = None) -> Observed:
+        return Observed(self.report(OBSERVED_REPORT, {"generation": generation, "conditions": conditions,
+                                                      **({} if instances is None else {"instances": instances})}))
 
     def execute(self, envelope: Envelope) -> list[Message]:
         """Execute a verified command once. A repeated delivery is answered from the journal. A
