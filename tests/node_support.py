@@ -38,8 +38,8 @@ def wait_until(condition: Callable[[], Any], what: str, log: Callable[[], str] =
     return value
 
 
-def fake_driver(hostname: str) -> list[str]:
-    return ["--driver", "fake", "--driver-option", f"path={H200_INVENTORY}", "--driver-option", f"hostname={hostname}"]
+def fake_driver(hostname: str, inventory: Path = H200_INVENTORY) -> list[str]:
+    return ["--driver", "fake", "--driver-option", f"path={inventory}", "--driver-option", f"hostname={hostname}"]
 
 
 def bcd(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -60,13 +60,13 @@ class RunningDaemon:
 
 @contextmanager
 def running_bcd(gateway: GatewayProcess, state_dir: Path, hostname: str, cdi_path: Path,
-                extra: Sequence[str] = ()) -> Iterator[RunningDaemon]:
+                extra: Sequence[str] = (), inventory: Path = H200_INVENTORY) -> Iterator[RunningDaemon]:
     """`bcd run` (fake driver, and `extra` options); SIGTERM, then SIGKILL, when the block ends and it
     still runs."""
     log_path = Path(tempfile.mkstemp(prefix="bcd-", suffix=".log")[1])
     with log_path.open("wb") as log_file:
         process = subprocess.Popen([str(BCD), "run", "--gateway", gateway.url, "--state-dir", str(state_dir),
-                                    "--cdi-path", str(cdi_path), *fake_driver(hostname), *extra],
+                                    "--cdi-path", str(cdi_path), *fake_driver(hostname, inventory), *extra],
                                    stdout=subprocess.DEVNULL, stderr=log_file, cwd=REPO,
                                    env={**os.environ, "PYTHONPATH": str(REPO / "py")})
     try:

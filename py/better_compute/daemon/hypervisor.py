@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import os
 import re
@@ -260,7 +261,21 @@ class Hypervisor:
                     log.error("domain %s cannot be removed: %s", name, error)
                     conditions.append({"type": "DomainNotRemoved", "status": "True", "domain": name, "message": str(error)[:1000]})
         self.remove_stray_files(wanted)
+        self.write_status()
         return reports, conditions
+
+    def write_status(self) -> None:
+        """`domains.json` in the instances folder: the bc-* domains as libvirt lists them after this
+        converge (name, running, hostdevs, reboots), for operators and tests, since the test driver's
+        domains live only inside bcd (on qemu:///system, `virsh list` says the same). Rewritten only
+        when it changed."""
+        status = {name: {"active": state.active, "hostdevs": list(essentials(state.xml).hostdevs),
+                         "reboots": essentials(state.xml).reboots} for name, state in sorted(self.driver.domains().items())}
+        text = json.dumps(status, indent=2, sort_keys=True) + "\n"
+        path = self.directory / "domains.json"
+        if not path.exists() or path.read_text() != text:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, lambda partial: partial.write_text(text))
 
     def converge_one(self, instance: dict[str, Any], current: Any) -> Report:
         instance_id, generation = instance["instance_id"], instance["generation"]
