@@ -711,6 +711,15 @@ BEGIN
     -- The GPUs are booked like any reservation's: whole GPUs, all on one node.
     v_reservation := compute.reserve(pg_catalog.jsonb_build_object('tenant_id', p_tenant_id, 'project_id', p_input -> 'project_id',
         'pool_id', v_pool_id, 'shape', 'gpu', 'count', v_gpus, 'end', p_input -> 'end', 'same_node', true, 'instance_kind', 'vps'));
+    -- A host whose bcd reported it cannot pass GPUs through (no IOMMU, vfio) takes no new VM. (The
+    -- request is refused, not placed elsewhere: compute.place knows nothing of instance kinds yet.)
+    IF EXISTS (SELECT 1 FROM compute.bookings AS b JOIN compute.node_specs AS s ON s.node_id = b.node_id,
+                      pg_catalog.jsonb_array_elements(s.conditions) AS c
+                WHERE b.reservation_id = (v_reservation ->> 'reservation_id')::uuid
+                  AND c.value ->> 'type' = 'HypervisorReady' AND c.value ->> 'status' = 'False') THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT', pg_catalog.format('node %s cannot run VMs now', v_reservation #>> '{bookings,0,node}'),
+            'Its bcd reports HypervisorReady=False (ops.instances, the node''s conditions); try later, or ask an operator to cordon it.');
+    END IF;
     INSERT INTO compute.instances (instance_id, tenant_id, project_id, pool_id, reservation_id, node_id, image, vcpus, memory_mib,
                                    disk_gib, ssh_keys, state, created_at, changed_at)
     SELECT v_id, p_tenant_id, r.project_id, r.pool_id, r.reservation_id,
