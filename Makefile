@@ -6,10 +6,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans clean
+.PHONY: help setup demo demo-vps test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans clean
 
 help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
+	@echo "make demo-vps - the VPS flow: a 2-GPU VM on a bcd with libvirt's test driver (docs/vps.md)"
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"
 	@echo "make fuzz   - schemathesis with fresh seeds against the HTTP API (FUZZ_RUNS=5, FUZZ_EXAMPLES=100)"
@@ -31,6 +32,9 @@ $(STAMP): pyproject.toml constraints.txt scripts/install-system-deps.sh
 
 demo: setup
 	bash scripts/demo.sh
+
+demo-vps: setup
+	bash scripts/demo-vps.sh
 
 # Each stage fails on a failed test and on an empty run (pytest exits 5 when it collects nothing).
 test: setup

@@ -184,3 +184,19 @@ def test_the_seed_is_a_cidata_iso_with_the_tenants_ssh_keys(hypervisor: Hypervis
                                              "  - ssh-ed25519 AAAAkey1 alice@laptop\n  - ssh-rsa AAAAkey2 bob@desk\n")
     assert f"instance-id: {vm['instance_id']}" in meta_data.getvalue().decode()
     assert (tmp_path / "instances" / vm["instance_id"] / "disk.img").stat().st_size == 2 << 30
+
+
+def test_relative_folders_give_absolute_disk_paths_that_validate(driver: Libvirt, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # `bcd run --vm-dir .bc/demo/instances`: libvirt's schema wants absolute file paths.
+    monkeypatch.chdir(tmp_path)
+    Path("images").mkdir()
+    Path("images/debian-12.raw").write_bytes(b"\0")
+    hypervisor = Hypervisor(driver, Path("instances"), Path("images"))
+    vm = instance([0])
+    try:
+        reports, _ = hypervisor.converge([vm], INVENTORY)
+        assert [(report.state, report.reason) for report in reports] == [("running", None)]
+        assert all(Path(disk).is_absolute() for disk in essentials(driver.domains()["bc-" + vm["instance_id"]].xml).disks)
+    finally:
+        hypervisor.converge([], INVENTORY)

@@ -232,8 +232,9 @@ class Hypervisor:
 
     def __init__(self, driver: Libvirt, directory: Path, images: Path, host_check: HostCheck | None = None) -> None:
         self.driver = driver
-        self.directory = directory  # one folder per instance: disk.img, seed.iso
-        self.images = images
+        # Absolute: libvirt's schema takes only absolute file paths.
+        self.directory = directory.resolve()  # one folder per instance: disk.img, seed.iso
+        self.images = images.resolve()
         # The test driver has no host behind it: nothing to check there.
         self.host_check = host_check or ((lambda _ids: []) if driver.is_test() else iommu_faults)
 
@@ -282,7 +283,7 @@ class Hypervisor:
         name = domain_name(instance_id)
         try:
             image = (self.images / instance["image"]).resolve()
-            if not image.is_relative_to(self.images.resolve()) or not image.is_file():
+            if not image.is_relative_to(self.images) or not image.is_file():
                 if current is not None:  # it failed: its domain goes (the booking stays until deleted)
                     self.remove(name, current.active)
                 return Report(instance_id, generation, "failed", f"image {instance['image']} not found in {self.images}")
