@@ -5,6 +5,9 @@ BC=.venv/bin/better-compute
 BCD=.venv/bin/bcd
 DEMO=${DEMO:-.bc/demo}
 INVENTORY=tests/fixtures/nvidia-h200/inventory.json
+# The node CA and intent keys live as long as the demo database (make clean removes both): the
+# database trusts the first CA and intent key it saw, so every demo's signer and gateway use them.
+KEYS=.bc/demo-keys
 
 step() { printf '\n$ %s\n' "$*" >&2; "$@"; }
 pids=()
@@ -34,14 +37,14 @@ resources = ["*"]
 TOML
 
 control_plane() {
-rm -rf "$DEMO" && mkdir -p "$DEMO/keys"
+rm -rf "$DEMO" && mkdir -p "$DEMO" "$KEYS"
 dsn=$("$BC" dev status | sed -n 's/^DSN: //p')
 printf '\n# the control plane: API relay, node gateway (no CA key), worker and signer (logs in %s/*.log)\n' "$DEMO"
 start relay "$BC" serve api --dsn "$dsn" --port 0 --iam static --iam-file .bc/iam.toml
-start gateway "$BC" serve gateway --dsn "$dsn" --port 0 --name gw-demo --ca-bundle "$DEMO/keys/ca-bundle.crt" \
-    --intent-key "$DEMO/keys/intent.key" --heartbeat-seconds 2 --spec-poll-seconds 2
-start worker "$BC" serve worker --dsn "$dsn" --owner demo-worker --poll-seconds 0.2 --intent-key "$DEMO/keys/intent.key" \
-    --audit-key "$DEMO/keys/audit.pem" --ca-key "$DEMO/keys/ca.key"
+start gateway "$BC" serve gateway --dsn "$dsn" --port 0 --name gw-demo --ca-bundle "$KEYS/ca-bundle.crt" \
+    --intent-key "$KEYS/intent.key" --heartbeat-seconds 2 --spec-poll-seconds 2
+start worker "$BC" serve worker --dsn "$dsn" --owner demo-worker --poll-seconds 0.2 --intent-key "$KEYS/intent.key" \
+    --audit-key "$KEYS/audit.pem" --ca-key "$KEYS/ca.key"
 wait_for "$DEMO/relay.out" '^listening on '
 wait_for "$DEMO/gateway.out" '^ca: '
 wait_for "$DEMO/worker.log" 'kinds, concurrency'
