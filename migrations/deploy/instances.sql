@@ -929,7 +929,6 @@ DECLARE
     v_previous  text;
     v_failed    text;
     v_kind      text;
-    v_vm        text;
 BEGIN
     SELECT * INTO v_booking FROM compute.bookings AS b WHERE b.booking_id = p_booking_id;
     SELECT r.state, r.instance_kind INTO v_state, v_kind FROM compute.reservations AS r WHERE r.reservation_id = v_booking.reservation_id;
@@ -962,13 +961,6 @@ BEGIN
     END IF;
     SELECT * INTO v_grant FROM compute.node_grants AS g WHERE g.booking_id = p_booking_id;
     SELECT * INTO v_spec FROM compute.node_specs AS s WHERE s.node_id = v_booking.node_id;
-    -- An instance whose booking of this GPU ended and whose VM the node has not destroyed yet.
-    SELECT pg_catalog.format('node %s (%s) has not confirmed that the VM of instance %s (reservation %s), which held this GPU, is gone',
-                             v_node, v_heard, i.instance_id, i.reservation_id)
-      INTO v_vm
-      FROM compute.instances AS i JOIN compute.bookings AS b ON b.reservation_id = i.reservation_id
-     WHERE i.state = 'deleting' AND b.device_id = v_booking.device_id AND b.booking_id <> p_booking_id
-     ORDER BY i.instance_id LIMIT 1;
     IF v_grant.booking_id IS NULL OR v_grant.withdrawn_generation IS NOT NULL THEN
         RETURN pg_catalog.jsonb_build_object('state', 'waiting_for_node', 'reason',
             pg_catalog.format('the spec of node %s does not grant the device yet (its tick adds bookings as they start)', v_node));
@@ -1002,8 +994,6 @@ BEGIN
         RETURN pg_catalog.jsonb_build_object('state', 'failed', 'reason', coalesce(v_grant.reason, 'the node cannot expose the device'));
     ELSIF v_grant.exposure = 'pending' THEN
         RETURN pg_catalog.jsonb_build_object('state', 'waiting_for_node', 'reason', coalesce(v_grant.reason, 'the node is preparing the device'));
-    ELSIF v_vm IS NOT NULL THEN
-        RETURN pg_catalog.jsonb_build_object('state', 'waiting_for_node', 'reason', v_vm);
     ELSIF v_previous IS NOT NULL THEN
         RETURN pg_catalog.jsonb_build_object('state', 'waiting_for_node', 'reason',
             pg_catalog.format('node %s (%s) has not confirmed that the GPU is no longer used: a process it could not stop is still in use there%s',
