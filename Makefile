@@ -6,11 +6,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo demo-bare-metal test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans clean
+.PHONY: help setup demo demo-bare-metal demo-vps test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans clean
 
 help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
 	@echo "make demo-bare-metal - the bare-metal flow: a Redfish BMC, the site agent, a machine provisioned, released, rejoined"
+	@echo "make demo-vps - the VPS flow: a 2-GPU VM on a bcd with libvirt's test driver (docs/vps.md)"
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"
 	@echo "make fuzz   - schemathesis with fresh seeds against the HTTP API (FUZZ_RUNS=5, FUZZ_EXAMPLES=100)"
@@ -35,6 +36,9 @@ demo: setup
 
 demo-bare-metal: setup
 	bash scripts/demo-bare-metal.sh
+
+demo-vps: setup
+	bash scripts/demo-vps.sh
 
 # Each stage fails on a failed test and on an empty run (pytest exits 5 when it collects nothing).
 test: setup

@@ -13,7 +13,11 @@ CREATE TABLE compute.offerings (
     max_count     integer NOT NULL CONSTRAINT offerings_max_count_check CHECK (max_count > 0),
     max_duration  interval NOT NULL CONSTRAINT offerings_max_duration_check CHECK (max_duration > interval '0'),
     created_at    timestamptz NOT NULL,
-    CONSTRAINT offerings_pool_id_shape_instance_kind_key UNIQUE (pool_id, shape, instance_kind)
+    vcpus_per_atom      integer CONSTRAINT offerings_vcpus_per_atom_check CHECK (vcpus_per_atom > 0),
+    memory_mib_per_atom integer CONSTRAINT offerings_memory_mib_per_atom_check CHECK (memory_mib_per_atom > 0),
+    CONSTRAINT offerings_pool_id_shape_instance_kind_key UNIQUE (pool_id, shape, instance_kind),
+    -- A VPS's CPU and memory follow its GPUs: per-atom amounts, only on vps offerings (sql/700_instances.sql).
+    CONSTRAINT offerings_vps_sizes CHECK (instance_kind = 'vps' OR (vcpus_per_atom IS NULL AND memory_mib_per_atom IS NULL))
 );
 COMMENT ON TABLE compute.offerings IS 'What a tenant may ask a pool for: shape, instance kind, max count and max duration.';
 

@@ -31,6 +31,7 @@ CREATE TABLE compute.reservations (
     activated_at    timestamptz,
     ended_at        timestamptz,
     end_reason      text,
+    instance_kind   text NOT NULL DEFAULT 'devices' CONSTRAINT reservations_instance_kind_check CHECK (instance_kind IN ('devices', 'bare_metal', 'vps')),
     CONSTRAINT reservations_provisional_has_expiry CHECK ((state = 'provisional') = (expires_at IS NOT NULL)),
     CONSTRAINT reservations_lease_has_hold_until CHECK ((hold_seconds IS NULL) = (hold_until IS NULL)),
     CONSTRAINT reservations_project_id_tenant_id_fkey FOREIGN KEY (project_id, tenant_id) REFERENCES compute.projects (project_id, tenant_id),

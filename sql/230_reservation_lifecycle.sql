@@ -168,6 +168,7 @@ DECLARE
     v_replay     jsonb;
     v_atoms      uuid[];
     v_fraction   numeric;
+    v_kind       text;
 BEGIN
     -- 1. The request's fields, each of its type (nothing here depends on the time or on the fleet).
     IF p_request IS NULL OR pg_catalog.jsonb_typeof(p_request) <> 'object' THEN
@@ -183,15 +184,18 @@ BEGIN
     v_same_node := coalesce((compute.request_field(p_request, 'same_node', 'boolean', false))::boolean, false);
     v_hold := compute.request_field(p_request, 'hold_seconds', 'integer', false)::integer;
     v_key := compute.request_field(p_request, 'idempotency_key', 'string', false) #>> '{}';
+    -- The offering's instance kind: devices unless an instance flow books (instances.create: vps).
+    v_kind := coalesce(compute.request_field(p_request, 'instance_kind', 'string', false) #>> '{}', 'devices');
     IF length(v_key) NOT BETWEEN 1 AND 200 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'idempotency_key has 1 to 200 characters', 'Use 1 to 200 characters, e.g. a uuid.');
     END IF;
 
     -- 2. Idempotency first: a retry gets the stored answer, even once its window has started or ended.
-    v_hash := pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.jsonb_build_object(
+    v_hash := pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to((pg_catalog.jsonb_build_object(
         'tenant_id', v_tenant_id, 'project_id', v_project_id, 'pool_id', v_pool_id, 'shape', v_shape, 'count', v_count,
         'start', extract(epoch FROM v_start), 'end', extract(epoch FROM v_end),
-        'same_node', v_same_node, 'hold_seconds', v_hold)::text, 'UTF8')), 'hex');
+        'same_node', v_same_node, 'hold_seconds', v_hold)
+        || CASE WHEN v_kind <> 'devices' THEN pg_catalog.jsonb_build_object('instance_kind', v_kind) ELSE '{}' END)::text, 'UTF8')), 'hex');
     v_replay := compute.reservation_replay(v_tenant_id, v_key, v_hash);
     IF v_replay IS NOT NULL THEN
         RETURN v_replay;
@@ -205,11 +209,11 @@ BEGIN
             'List the pools in ops.pool_capacity, or create one with compute.pool_create.');
     END IF;
     SELECT * INTO v_offering FROM compute.offerings AS o
-     WHERE o.pool_id = v_pool.pool_id AND o.shape = v_shape AND o.instance_kind = 'devices';
+     WHERE o.pool_id = v_pool.pool_id AND o.shape = v_shape AND o.instance_kind = v_kind;
     IF NOT FOUND THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('pool %s does not offer %s', v_pool.name, v_shape),
             coalesce('Shapes offered: ' || (SELECT pg_catalog.string_agg(o.shape, ', ' ORDER BY o.shape) FROM compute.offerings AS o
-                                             WHERE o.pool_id = v_pool.pool_id AND o.instance_kind = 'devices') || '.',
+                                             WHERE o.pool_id = v_pool.pool_id AND o.instance_kind = v_kind) || '.',
                      'This pool offers nothing yet.'));
     END IF;
     IF v_count < 1 OR v_count > least(v_offering.max_count, compute.limit('atoms_per_reservation')) THEN
@@ -240,10 +244,10 @@ BEGIN
     -- 4. Claim the key by inserting the reservation; a concurrent holder of the same key makes us
     --    wait for its commit, then we replay its answer (or report the mismatch).
     INSERT INTO compute.reservations (reservation_id, tenant_id, project_id, site_id, pool_id, shape, count, during, same_node,
-                                      state, expires_at, hold_seconds, hold_until, idempotency_key, request_hash, created_at)
+                                      state, expires_at, hold_seconds, hold_until, idempotency_key, request_hash, created_at, instance_kind)
     VALUES (v_id, v_tenant_id, v_project_id, v_pool.site_id, v_pool.pool_id, v_shape, v_count, v_during, v_same_node,
             'provisional', v_now + compute.limit('provisional_seconds') * interval '1 second', v_hold,
-            v_now + v_hold * interval '1 second', v_key, v_hash, v_now)
+            v_now + v_hold * interval '1 second', v_key, v_hash, v_now, v_kind)
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING;
     IF NOT FOUND THEN
         RETURN compute.reservation_replay(v_tenant_id, v_key, v_hash);
@@ -405,7 +409,7 @@ BEGIN
     END IF;
     SELECT least(o.max_duration, compute.limit('reservation_window_seconds') * interval '1 second') INTO v_max
       FROM compute.offerings AS o
-     WHERE o.pool_id = p_reservation.pool_id AND o.shape = p_reservation.shape AND o.instance_kind = 'devices';
+     WHERE o.pool_id = p_reservation.pool_id AND o.shape = p_reservation.shape AND o.instance_kind = p_reservation.instance_kind;
     IF p_new_end - lower(p_reservation.during) > coalesce(v_max, interval '0') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'the extended window is too long', pg_catalog.format('Windows of this offering last at most %s.', v_max));
     END IF;

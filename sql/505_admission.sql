@@ -103,6 +103,11 @@ BEGIN
             (SELECT compute.resource_json(r.tenant_id, 'compute-pool', r.pool_id::text,
                         pg_catalog.jsonb_build_object('state', r.state, 'shape', r.shape, 'count', r.count, 'project_id', r.project_id))
                FROM compute.reservations AS r WHERE r.reservation_id = v_uuid)
+        WHEN 'compute-instance' THEN
+            (SELECT compute.resource_json(i.tenant_id, 'compute-pool', i.pool_id::text,
+                        pg_catalog.jsonb_build_object('state', i.state, 'image', i.image, 'vcpus', i.vcpus, 'memory_mib', i.memory_mib,
+                                                      'project_id', i.project_id))
+               FROM compute.instances AS i WHERE i.instance_id = v_uuid)
         WHEN 'compute-webhook' THEN
             (SELECT compute.resource_json(w.tenant_id, NULL, NULL, pg_catalog.jsonb_build_object('active', w.active))
                FROM compute.webhooks AS w WHERE w.webhook_id = v_uuid)

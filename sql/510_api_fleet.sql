@@ -29,7 +29,9 @@ LANGUAGE sql IMMUTABLE
 AS $$
     SELECT pg_catalog.jsonb_build_object('offering_id', p_offering.offering_id, 'pool_id', p_offering.pool_id,
         'shape', p_offering.shape, 'max_count', p_offering.max_count,
-        'max_duration_seconds', extract(epoch FROM p_offering.max_duration)::bigint, 'created_at', p_offering.created_at);
+        'max_duration_seconds', extract(epoch FROM p_offering.max_duration)::bigint, 'created_at', p_offering.created_at)
+        || CASE WHEN p_offering.instance_kind <> 'devices' THEN pg_catalog.jsonb_build_object('instance_kind', p_offering.instance_kind,
+               'vcpus_per_atom', p_offering.vcpus_per_atom, 'memory_mib_per_atom', p_offering.memory_mib_per_atom) ELSE '{}' END;
 $$;
 COMMENT ON FUNCTION compute.offering_json(compute.offerings) IS 'An offering as the API answers it.';
 
@@ -168,14 +170,26 @@ DECLARE
     v_offering_id uuid;
     v_kind        text := coalesce(compute.input_text(p_input, 'instance_kind', false), 'devices');
 BEGIN
-    IF v_kind <> 'devices' THEN  -- fail closed (P11): the kind exists in the model, its flow does not yet
+    IF v_kind NOT IN ('devices', 'vps') THEN  -- fail closed (P11): the kind exists in the model, its flow does not yet
         PERFORM compute.raise_error('UNSUPPORTED', pg_catalog.format('%s offerings are not supported yet', v_kind),
-            'Offer devices (GPUs, MIG instances, time-slice slots); bare metal and VPS come with their provisioning flows.');
+            'Offer devices (GPUs, MIG instances, time-slice slots) or vps; bare metal comes with its provisioning flow.');
+    END IF;
+    -- A VPS offers whole GPUs with CPU and memory per GPU (sql/700_instances.sql); devices take neither.
+    IF v_kind = 'vps' AND (compute.input_text(p_input, 'shape') <> 'gpu' OR compute.input_integer(p_input, 'vcpus_per_atom', false) IS NULL
+                           OR compute.input_integer(p_input, 'memory_mib_per_atom', false) IS NULL) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a vps offering is of shape gpu and states vcpus_per_atom and memory_mib_per_atom',
+            'Pass shape gpu, vcpus_per_atom and memory_mib_per_atom (what one GPU of the VM brings).');
+    ELSIF v_kind = 'devices' AND (p_input ? 'vcpus_per_atom' OR p_input ? 'memory_mib_per_atom') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'only a vps offering states vcpus_per_atom and memory_mib_per_atom',
+            'Leave them out, or pass instance_kind vps.');
     END IF;
     -- An offer of a shape the pool already offers changes its limits (and keeps its id).
     v_offering_id := compute.offering_create(compute.input_uuid(p_input, 'pool_id'), compute.input_text(p_input, 'shape'),
         compute.input_integer(p_input, 'max_count'), compute.input_integer(p_input, 'max_duration_seconds') * interval '1 second',
-        'devices', p_resource_id::uuid);
+        v_kind, p_resource_id::uuid);
+    UPDATE compute.offerings SET vcpus_per_atom = compute.input_integer(p_input, 'vcpus_per_atom', false),
+                                 memory_mib_per_atom = compute.input_integer(p_input, 'memory_mib_per_atom', false)
+     WHERE offering_id = v_offering_id AND v_kind = 'vps';
     RETURN (SELECT compute.offering_json(o) FROM compute.offerings AS o WHERE o.offering_id = v_offering_id);
 END
 $$;

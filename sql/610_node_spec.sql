@@ -53,7 +53,9 @@ BEGIN
                       JOIN compute.atoms AS a ON a.atom_id = b.atom_id
                       JOIN compute.devices AS d ON d.device_id = b.device_id
                       JOIN compute.nodes AS n ON n.node_id = b.node_id
+                      JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
                      WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> v_now
+                       AND r.instance_kind <> 'vps'
                     OFFSET 0) AS x),  -- OFFSET 0: the subquery stays one, so mig_uuid is computed once per row
         'gpus', (SELECT coalesce(pg_catalog.jsonb_agg(
                     pg_catalog.jsonb_build_object('uuid', d.uuid, 'index', d.index, 'layout', l.layout, 'since', l.since,
@@ -68,11 +70,18 @@ BEGIN
                     ORDER BY d.index), '[]')
               FROM compute.devices AS d
               CROSS JOIN LATERAL compute.device_layout_at(d.device_id, v_now) AS l
-             WHERE d.node_id = p_node_id AND d.present),
-        'withdrawal', pg_catalog.jsonb_build_object('grace_seconds', compute.limit('withdrawal_grace_seconds')));
+             WHERE d.node_id = p_node_id AND d.present
+               AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
+                                WHERE b.device_id = d.device_id AND b.state = 'active' AND b.during @> v_now AND r.instance_kind = 'vps')),
+        'withdrawal', pg_catalog.jsonb_build_object('grace_seconds', compute.limit('withdrawal_grace_seconds')))
+        -- The VMs it must run (sql/700_instances.sql), only when there are any; their GPUs are passed
+        -- through, never in "devices" (hence never in the CDI file, nor granted) nor in "gpus" (no
+        -- MIG convergence touches a GPU a VM holds).
+        || (SELECT CASE WHEN v.instances <> '[]' THEN pg_catalog.jsonb_build_object('instances', v.instances) ELSE '{}' END
+              FROM (SELECT compute.node_spec_instances(p_node_id) AS instances) AS v);
 END
 $$;
-COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation (by booking), the withdrawal policy, and each GPU''s layout (MIG mode and instances).';
+COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation (by booking), the withdrawal policy, each GPU''s layout (MIG mode and instances) but those a VM holds, and the VMs it must run.';
 
 CREATE FUNCTION compute.node_spec_refresh(p_node_id uuid)
 RETURNS bigint

@@ -201,6 +201,7 @@ BEGIN
                 WHEN 'node.inventory' THEN
                     PERFORM compute.node_inventory_reported(v_report.node_id, v_body -> 'inventory');
                 WHEN 'node.observed' THEN
+                    PERFORM compute.instances_observed(v_report.node_id, v_body -> 'instances');  -- sql/700_instances.sql
                     PERFORM compute.node_observed(v_report.node_id, v_body);
                 WHEN 'node.result' THEN
                     PERFORM compute.node_command_result(v_report.node_id, compute.report_uuid(v_body, 'command_id'),

@@ -108,9 +108,10 @@ DECLARE
     v_heard     text;
     v_previous  text;
     v_failed    text;
+    v_kind      text;
 BEGIN
     SELECT * INTO v_booking FROM compute.bookings AS b WHERE b.booking_id = p_booking_id;
-    SELECT r.state INTO v_state FROM compute.reservations AS r WHERE r.reservation_id = v_booking.reservation_id;
+    SELECT r.state, r.instance_kind INTO v_state, v_kind FROM compute.reservations AS r WHERE r.reservation_id = v_booking.reservation_id;
     IF v_state = 'provisional' THEN
         RETURN pg_catalog.jsonb_build_object('state', 'not_running', 'reason', 'waiting for the admission''s decision');
     ELSIF v_state <> 'active' OR v_booking.state <> 'active' OR upper(v_booking.during) <= v_now THEN
@@ -126,6 +127,18 @@ BEGIN
       INTO v_node, v_heard
       FROM compute.nodes AS n LEFT JOIN compute.node_sessions AS ns ON ns.node_id = n.node_id
      WHERE n.node_id = v_booking.node_id;
+    -- A VPS booking (sql/700_instances.sql) is no device of the spec (its GPU is passed through to
+    -- the instance's VM, never granted): ready once the node reported the instance running at its
+    -- newest generation; failed when the instance failed.
+    IF v_kind = 'vps' THEN
+        RETURN (SELECT CASE WHEN i.state = 'failed' THEN pg_catalog.jsonb_build_object('state', 'failed', 'reason', i.failure)
+                            WHEN i.state = 'running' AND i.observed_generation = i.generation
+                                THEN pg_catalog.jsonb_build_object('state', 'ready', 'reason', NULL)
+                            ELSE pg_catalog.jsonb_build_object('state', 'waiting_for_node', 'reason',
+                                     pg_catalog.format('node %s (%s) has not reported instance %s running at generation %s (it is %s)',
+                                                       v_node, v_heard, i.instance_id, i.generation, i.state)) END
+                  FROM compute.instances AS i WHERE i.reservation_id = v_booking.reservation_id);
+    END IF;
     SELECT * INTO v_grant FROM compute.node_grants AS g WHERE g.booking_id = p_booking_id;
     SELECT * INTO v_spec FROM compute.node_specs AS s WHERE s.node_id = v_booking.node_id;
     IF v_grant.booking_id IS NULL OR v_grant.withdrawn_generation IS NOT NULL THEN

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from fleet import H200_MODEL, MIG_2X_3G, TIMESLICE_4, WHOLE, register_nodes
 from iam_server import IamServer, TokenPolicy
@@ -26,6 +27,7 @@ from worker_support import register_webhook_key, wait_until
 TENANT_A = "aaaaaaaa-0000-4000-8000-000000000001"
 TENANT_B = "bbbbbbbb-0000-4000-8000-000000000002"
 TOKEN_A, TOKEN_B = "token-of-alice", "token-of-bob"
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIO4api alice@laptop"
 LAYOUTS = [[WHOLE, WHOLE, MIG_2X_3G, TIMESLICE_4], [WHOLE, WHOLE, WHOLE, WHOLE]]
 
 
@@ -94,17 +96,22 @@ def build_tenant_a(alice: Caller, db: psycopg.Connection) -> dict[str, str]:
     for shape in ("gpu", "mig:3g.71gb", "slot"):
         alice.data("offerings.create", {"pool_id": pool["pool_id"], "shape": shape, "max_count": 8,
                                         "max_duration_seconds": 7 * 86400})
+    alice.data("offerings.create", {"pool_id": pool["pool_id"], "shape": "gpu", "max_count": 2, "max_duration_seconds": 86400,
+                                    "instance_kind": "vps", "vcpus_per_atom": 8, "memory_mib_per_atom": 65536})
     project = alice.data("projects.create", {"name": "training"})
     alice.data("quotas.set", {"pool_id": pool["pool_id"], "max_atoms": 100, "gpu_hours_per_month": 10000})
     token = alice.data("joinTokens.create", {"pool_id": pool["pool_id"], "ttl_seconds": 600})
     webhook = alice.data("webhooks.create", {"url": "https://hooks.example/a", "secret": "s" * 32})
     reservation = alice.data("reservations.create", {"pool_id": pool["pool_id"], "shape": "gpu", "count": 2,
                                                      "end": at(2), "hold_seconds": 600, "project_id": project["project_id"]})
+    instance = alice.data("instances.create", {"pool_id": pool["pool_id"], "gpus": 1, "image": "debian-12.raw",
+                                               "ssh_keys": [SSH_KEY], "end": at(2)})
     node_id = alice.data("nodes.list", {"pool_id": pool["pool_id"]})[0]["node_id"]
     event_id = db.execute("SELECT max(event_id) FROM compute.audit_events WHERE tenant_id = %s", (TENANT_A,)).fetchone()[0]
     return {"site_id": site["site_id"], "pool_id": pool["pool_id"], "project_id": project["project_id"],
             "token_id": token["token_id"], "webhook_id": webhook["webhook_id"],
-            "reservation_id": reservation["reservation_id"], "node_id": node_id, "event_id": event_id}
+            "reservation_id": reservation["reservation_id"], "node_id": node_id, "event_id": event_id,
+            "instance_id": instance["instance_id"]}
 
 
 def test_every_method_works_through_http_with_one_iam_decision_each(relay: Relay, iam: IamServer,
@@ -118,7 +125,7 @@ def test_every_method_works_through_http_with_one_iam_decision_each(relay: Relay
     assert [p["pool_id"] for p in alice.data("pools.list", {"site_id": ids["site_id"]})] == [pool]
     assert {o["shape"] for o in alice.data("pools.get", {"pool_id": pool})["offerings"]} == {"gpu", "mig:3g.71gb", "slot"}
     assert alice.data("pools.update", {"pool_id": pool, "placement_policy": "spread"})["placement_policy"] == "spread"
-    assert len(alice.data("offerings.list", {"pool_id": pool})) == 3
+    assert len(alice.data("offerings.list", {"pool_id": pool})) == 4  # gpu, MIG, slot; and gpu as VPS
     assert [p["name"] for p in alice.data("projects.list", {})] == ["training"]
     assert alice.data("quotas.get", {"pool_id": pool})["max_atoms"] == 100
     assert [t["state"] for t in alice.data("joinTokens.list", {"pool_id": pool})] == ["active"]
@@ -139,7 +146,7 @@ def test_every_method_works_through_http_with_one_iam_decision_each(relay: Relay
     assert {r["shape"] for r in alice.data("capacity.rollup", {"pool_id": pool})} == {"gpu", "mig:3g.71gb", "slot"}
 
     assert alice.data("reservations.get", {"reservation_id": reservation})["state"] == "active"
-    assert [r["reservation_id"] for r in alice.data("reservations.list", {"state": "active"})] == [reservation]
+    assert reservation in [r["reservation_id"] for r in alice.data("reservations.list", {"state": "active"})]  # and the VPS's
     extended = alice.data("reservations.extend", {"reservation_id": reservation, "end": at(3)})
     assert alice.data("reservations.renew", {"reservation_id": reservation})["reservation_id"] == reservation
     assert alice.data("reservations.release", {"reservation_id": reservation})["state"] in ("released", "cancelled")
@@ -154,6 +161,19 @@ def test_every_method_works_through_http_with_one_iam_decision_each(relay: Relay
     assert alice.data("webhooks.delete", {"webhook_id": webhook})["active"] is False
     assert alice.data("nodes.drain", {"node_id": node, "reason": "maintenance"})["flags"] == ["draining"]
 
+    instance = ids["instance_id"]
+    shown = alice.data("instances.show", {"instance_id": instance})
+    assert shown["state"] == "provisioning" and len(shown["gpus"]) == 1
+    assert [i["instance_id"] for i in alice.data("instances.list", {})] == [instance]
+    assert alice.data("instances.consoleUrl", {"instance_id": instance})["domain"] == f"bc-{instance}"
+    db.execute("SELECT compute.instances_observed(%s, %s)",  # the node ran it (a verified node.observed report)
+               (shown["node_id"], Jsonb([{"instance_id": instance, "generation": 1, "state": "running"}])))
+    db.commit()
+    assert alice.data("instances.reboot", {"instance_id": instance})["generation"] == 2
+    assert alice.data("instances.stop", {"instance_id": instance})["state"] == "stopped"
+    assert alice.data("instances.start", {"instance_id": instance})["state"] == "running"
+    assert alice.data("instances.delete", {"instance_id": instance})["state"] == "deleting"
+
     assert alice.called == catalog_methods(db), f"methods without an HTTP test: {catalog_methods(db) - alice.called}"
 
 
@@ -162,7 +182,7 @@ def probe_input(schema: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
     filler: dict[str, Any] = {"reason": "probe", "shape": "gpu", "count": 1, "end": at(5), "name": "probe",
                               "gpu_model": H200_MODEL, "placement_policy": "spread", "max_count": 1,
                               "max_duration_seconds": 60, "duration_seconds": 60, "kind": "reboot", "url": "https://hooks.example/b",
-                              "secret": "s" * 32, **ids}
+                              "secret": "s" * 32, "gpus": 1, "image": "probe.raw", "ssh_keys": [SSH_KEY], **ids}
     properties = schema["properties"]
     return {key: value for key, value in filler.items() if key in properties}
 
@@ -240,20 +260,20 @@ def test_a_relay_killed_between_prepare_and_admit_leaves_nothing_held(db_dsn: st
         db.commit()
         iam.configure(delay=20.0)
         asked = iam.calls
-        document = {"pool_id": ids["pool_id"], "shape": "gpu", "count": 4, "end": at(1)}
+        document = {"pool_id": ids["pool_id"], "shape": "gpu", "count": 3, "end": at(1)}  # the free whole GPUs
         request = threading.Thread(target=post_to_a_dying_relay, daemon=True, args=(relay, document))
         request.start()
         wait_until(lambda: iam.calls > asked, 10, "the relay to ask IAM")  # prepared: the provisional rows exist, IAM is deciding
         held = db.execute("SELECT count(*) FROM compute.bookings WHERE state = 'provisional'").fetchone()[0]
         db.commit()
-        assert held == 4
+        assert held == 3
         relay.process.send_signal(signal.SIGKILL)
         relay.process.wait()
     time.sleep(1.1)  # past admission_seconds
     db.execute("SELECT compute.admissions_expire()")  # what the worker's admissions.expire sweep runs
     db.commit()
     live = db.execute("""SELECT count(*) FROM compute.bookings b JOIN compute.reservations r USING (reservation_id)
-                          WHERE r.reservation_id <> %s AND b.state IN ('provisional', 'active')""",
+                          WHERE r.reservation_id <> %s AND r.instance_kind <> 'vps' AND b.state IN ('provisional', 'active')""",
                       (ids["reservation_id"],)).fetchone()[0]
     assert live == 0
     assert db.execute("SELECT state FROM compute.admissions WHERE method = 'reservations.create' ORDER BY created_at DESC LIMIT 1"

@@ -740,12 +740,15 @@ def test_a_re_laid_gpu_exposes_no_older_instance_to_a_new_booking(node: Node, sq
     assert not node.cdi_path.exists()
 
 
-def mig_spec(node: Node, generation: int, layout: list[tuple[str, int]], *devices: dict[str, Any]) -> Spec:
-    """A spec whose `gpus` entry asks GPU 0 for the MIG instances `layout` (sql's node_spec_document)."""
+def mig_spec(node: Node, generation: int, layout: list[tuple[str, int]], *devices: dict[str, Any],
+             instances: list[dict[str, Any]] | None = None) -> Spec:
+    """A spec whose `gpus` entry asks GPU 0 for the MIG instances `layout` (sql's node_spec_document),
+    and the VPS `instances` given."""
     gpus = [{"uuid": GPU, "index": 0, "layout": "mig", "mig": {
         "mode": "enabled", "instances": [{"profile": profile, "placement": at} for profile, at in layout]}}]
     body = {"node_id": str(node.node_id), "generation": generation,
-            "spec": {"node_id": str(node.node_id), "devices": list(devices), "gpus": gpus}}
+            "spec": {"node_id": str(node.node_id), "devices": list(devices), "gpus": gpus,
+                     **({} if instances is None else {"instances": instances})}}
     return Spec(node.intent.sign("spec", body))
 
 
@@ -781,3 +784,15 @@ def test_a_mig_failure_and_an_injected_xid_are_reported_per_gpu(idle_node: Node)
         == [("3g.71gb", 4)]
     assert node.opened(again)["conditions"] == [], "the next pass converges and says so"
     assert daemon.reconcile() == [], "nothing changed since: nothing sent"
+
+
+def test_a_gpu_an_instance_holds_is_left_out_of_the_mig_pass(idle_node: Node) -> None:
+    """A GPU passed through to a VM is the VM's: even a spec that (wrongly) also asks it for a MIG
+    layout leaves it as it is (no GPU change, hence no inventory), and no CDI device names it."""
+    node = idle_node
+    daemon = node.daemon()
+    [observed] = daemon.handle(mig_spec(node, 3, [("3g.71gb", 0), ("3g.71gb", 4)], instances=[
+        {"instance_id": "5f0c8f3e-8a31-4f55-9a0e-7c4b1d2e3f40", "gpus": [{"device_uuid": GPU}]}]))
+    assert observed.TYPE == "observed", "the GPU was not changed: no inventory"
+    assert node.opened(observed)["conditions"] == []
+    assert not node.cdi_path.exists()

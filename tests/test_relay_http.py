@@ -729,9 +729,15 @@ def test_every_link_of_the_document_follows_a_key_its_method_answers(relay: Rela
         return document["paths"]["/api/compute/" + method.replace(".", "/", 1)]["post"]
 
     document = httpx.get(relay.url + "/api/compute/openapi.json").json()
-    answers = one_of_each(relay, db, "linked", gpus=1)
+    answers = one_of_each(relay, db, "linked", gpus=2)
+    pool = answers["pools.create"]["pool_id"]
+    relay.data("offerings.create", {"pool_id": pool, "shape": "gpu", "max_count": 1, "max_duration_seconds": 86400,
+                                    "instance_kind": "vps", "vcpus_per_atom": 8, "memory_mib_per_atom": 65536}, ALICE, TENANT)
+    answers["instances.create"] = relay.data("instances.create", {
+        "pool_id": pool, "gpus": 1, "image": "debian-12.raw", "ssh_keys": ["ssh-ed25519 AAAA alice@laptop"],
+        "end": answers["reservations.create"]["end"]}, ALICE, TENANT)
     lists = ["sites.list", "pools.list", "nodes.list", "joinTokens.list", "webhooks.list", "reservations.list",
-             "capacity.rollup"]
+             "capacity.rollup", "instances.list"]
     answers |= {method: relay.data(method, {}, ALICE, TENANT) for method in lists}
     linked = {method: post_of(method)["responses"]["200"].get("links", {}) for method in document_methods(document)}
     assert {method for method, links in linked.items() if links} == set(answers)

@@ -6,6 +6,8 @@ SELECT plan(2 + (SELECT count(*)::integer FROM api.methods WHERE resource_key IS
 
 -- Tenant A owns one of everything.
 SELECT pgtap_fixtures.fleet('pack', 1, 2, false, pgtap_fixtures.tenant('A')) AS pool \gset
+SELECT compute.offering_create(:'pool', 'gpu', 8, interval '30 days', 'vps') AS vps_offering \gset
+UPDATE compute.offerings SET vcpus_per_atom = 8, memory_mib_per_atom = 65536 WHERE offering_id = :'vps_offering';
 CREATE TEMP TABLE a_ids (field text PRIMARY KEY, id text);
 INSERT INTO a_ids
 SELECT 'pool_id', :'pool' UNION ALL
@@ -13,6 +15,8 @@ SELECT 'site_id', site_id::text FROM compute.pools WHERE pool_id = :'pool' UNION
 SELECT 'node_id', min(node_id::text) FROM compute.nodes WHERE pool_id = :'pool' UNION ALL
 SELECT 'reservation_id', pgtap_fixtures.api('reservations.create', pgtap_fixtures.tenant('A'),
     jsonb_build_object('pool_id', :'pool', 'shape', 'gpu', 'count', 1, 'end', now() + interval '1 hour')) #>> '{data,reservation_id}' UNION ALL
+SELECT 'instance_id', pgtap_fixtures.api('instances.create', pgtap_fixtures.tenant('A'), pgtap_fixtures.vps_input(:'pool', 1))
+    #>> '{data,instance_id}' UNION ALL
 SELECT 'token_id', pgtap_fixtures.api('joinTokens.create', pgtap_fixtures.tenant('A'), jsonb_build_object('pool_id', :'pool')) #>> '{data,token_id}' UNION ALL
 SELECT 'webhook_id', pgtap_fixtures.api('webhooks.create', pgtap_fixtures.tenant('A'),
     jsonb_build_object('url', 'https://a.example/hook', 'sealed_secret', pgtap_fixtures.sealed_secret())) #>> '{data,webhook_id}';
@@ -25,7 +29,7 @@ SELECT m.method,
           FROM jsonb_object_keys(m.input_schema -> 'properties') AS f(key) JOIN a_ids AS i ON i.field = f.key)
        || jsonb_build_object('reason', 'probe', 'shape', 'gpu', 'count', 1, 'end', now() + interval '2 hours', 'name', 'probe', 'gpu_model', 'NVIDIA H200',
                              'placement_policy', 'spread', 'max_count', 1, 'max_duration_seconds', 60, 'duration_seconds', 60,
-                             'kind', 'reboot')
+                             'kind', 'reboot', 'gpus', 1, 'image', 'probe.raw', 'ssh_keys', jsonb_build_array('ssh-ed25519 AAAA probe'))
        AS input
   FROM api.methods AS m WHERE m.resource_key IS NOT NULL OR m.parent_key IS NOT NULL;
 

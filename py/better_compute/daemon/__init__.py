@@ -6,6 +6,7 @@ import json
 import logging
 from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -18,6 +19,9 @@ from better_compute.daemon.state import DEFAULT_STATE_DIR, NodeState, NotJoined
 from better_compute.daemon.telemetry import DEFAULT_INTERVAL_SECONDS, Telemetry, check_url
 from better_compute.nodeproto import ProtocolError
 from better_compute.pki import PkiError
+
+if TYPE_CHECKING:
+    from better_compute.daemon.hypervisor import Hypervisor
 
 app = typer.Typer(no_args_is_help=True, help="bcd: the Better Compute node daemon.")
 
@@ -109,6 +113,17 @@ def join_command(
                f"{credentials.trust_domain}; state in {state_dir}")
 
 
+def vps_hypervisor(uri: str, directory: Path, images: Path) -> "Hypervisor":
+    """The VPS reconciler on libvirt at `uri` (imported here: only hosts that run VMs need libvirt-python)."""
+    from better_compute.daemon.drivers.libvirt import HypervisorError, Libvirt
+    from better_compute.daemon.hypervisor import Hypervisor
+
+    try:
+        return Hypervisor(Libvirt(uri), directory, images)
+    except HypervisorError as error:
+        raise fail(str(error)) from error
+
+
 @app.command("run")
 def run_command(
     gateway: str = typer.Option(..., callback=gateway_url, help="The gateway, wss://HOST:PORT."),
@@ -123,6 +138,11 @@ def run_command(
     metrics_interval: float = typer.Option(DEFAULT_INTERVAL_SECONDS, min=0.1, help="Seconds between metric samples."),
     reconcile_seconds: float = typer.Option(DRIFT_SECONDS, min=0.1, help="Seconds between checks of the CDI file, the "
                                             "GPUs' MIG layouts and their health against the newest spec."),
+    hypervisor_uri: str | None = typer.Option(
+        None, "--hypervisor", help="Run the spec's VPS instances as libvirt domains here: qemu:///system in production, "
+                                   "test:///default for tests (off when not given: the node runs no VMs)."),
+    vm_images: Path = typer.Option(Path("/var/lib/better-compute/images"), help="Where the VM images (raw) are."),
+    vm_dir: Path = typer.Option(Path("/var/lib/better-compute/instances"), help="Where the VMs' disks and seeds go."),
 ) -> None:
     """Hold a session with the gateway until SIGTERM or SIGINT.
 
@@ -131,9 +151,10 @@ def run_command(
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per metrics push otherwise
     chosen = chosen_driver(name, options, "'--driver-option'")
+    hypervisor = None if hypervisor_uri is None else vps_hypervisor(hypervisor_uri, vm_dir, vm_images)
     try:
         daemon = Daemon(NodeState(state_dir), chosen, cdi_path, journal_bound=journal_bound,
-                        reconcile_seconds=reconcile_seconds)
+                        reconcile_seconds=reconcile_seconds, hypervisor=hypervisor)
     except (NotJoined, JournalError, PkiError, ValueError, OSError) as error:
         raise fail(str(error)) from error
     telemetry = None if metrics_url is None else Telemetry(

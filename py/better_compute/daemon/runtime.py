@@ -29,7 +29,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -49,6 +49,9 @@ from better_compute.nodeproto import (FENCED, INVALID_ARGUMENT, INVENTORY_REPORT
                                       decode, encode, read_intent_key, report_body)
 from better_compute.pki import EnvelopeError, PkiError, make_csr, open_envelope, renew_at, sign_envelope
 from better_compute.pki.binding import RENEW_PURPOSE, public_key_der, renewal_body
+
+if TYPE_CHECKING:
+    from better_compute.daemon.hypervisor import Hypervisor
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +120,8 @@ class Daemon:
     """One node's behaviour: what it sends, and what it answers to each message from the gateway."""
 
     def __init__(self, state: NodeState, driver: InventoryDriver, cdi_path: Path, clock: Clock = wall_clock,
-                 journal_bound: int = DEFAULT_BOUND, reconcile_seconds: float = DRIFT_SECONDS) -> None:
+                 journal_bound: int = DEFAULT_BOUND, reconcile_seconds: float = DRIFT_SECONDS,
+                 hypervisor: Hypervisor | None = None) -> None:
         self.state = state
         self.credentials: Credentials = state.load()  # NotJoined before anything is made in the directory
         self.driver = driver
@@ -133,11 +137,16 @@ class Daemon:
         self.applied: tuple[int, list[Any]] | None = None
         self.gpus: list[Any] = []  # the newest verified spec's GPUs (MIG layout), which the GPUs follow
         self.reported: list[dict[str, Any]] | None = None  # the conditions last reported
+        self.reported_instances: list[dict[str, Any]] | None = None  # and the instances' states
         self.inventory_due = False  # a GPU changed and the inventory saying so is not sent yet
         self.epoch = 0  # of the session open now (its hello), and the number of the last report sent in it
         self.seq = 0
         self.held_file = withdrawal.HeldFile(state.directory / withdrawal.HELD_FILE)
         self.withdrawal_failed: list[dict[str, Any]] = []  # the condition of a withdrawal not confirmed
+        # The VPS reconciler (daemon/hypervisor.py), on hosts that run VMs; and the newest verified
+        # spec's instances, which it converges to between specs too.
+        self.hypervisor = hypervisor
+        self.instances: list[Any] = []
 
     @property
     def node_id(self) -> UUID:
@@ -265,11 +274,14 @@ class Daemon:
         self.keep_bundle(body.get("trust_bundle"))
         self.keep_intent_keys(body.get("intent_keys"))
         self.gpus = spec["gpus"] if isinstance(spec.get("gpus"), list) else []
+        self.instances = spec["instances"] if isinstance(spec.get("instances"), list) else []
         # The processes before anything changes (none of them can be a new holder's): those the spec
         # no longer grants are stopped first, as they would hold a GPU's MIG layout change.
         withdrawn = self.withdraw_processes(spec)
         changed, gpu_conditions = self.converge_gpus(spec["devices"])
         first = self.inventory_after_change(changed)
+        # The VMs before the CDI file: a GPU a VM holds is passed through, never a CDI device.
+        instances, vm_conditions = self.converge_instances()
         try:
             cdi = self.cdi_spec(generation, spec["devices"])
             write_spec(cdi, self.cdi_path)
@@ -277,7 +289,8 @@ class Daemon:
             log.error("spec generation %d cannot be applied: %s%s", generation, error, self.withdraw(spec["devices"]))
             self.applied = (generation, spec["devices"])
             failed = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
-            return first if last is None else [*first, self.observed(last, failed + self.withdrawal_failed + gpu_conditions)]
+            return first if last is None else [*first, self.observed(last, failed + self.withdrawal_failed + gpu_conditions + vm_conditions,
+                                                                     instances=instances)]
         self.journal.last_generation = generation
         self.applied = (generation, spec["devices"])
         self.specs_applied += 1
@@ -285,13 +298,15 @@ class Daemon:
                  len(cdi.document["devices"]) if cdi.document else 0,
                  f", unresolved {', '.join(cdi.unresolved)}" if cdi.unresolved else "",
                  f", not writable {', '.join(name for name, _ in cdi.refused)}" if cdi.refused else "")
-        return [*first, self.observed(generation, spec_conditions(cdi) + self.withdrawal_failed + gpu_conditions,
-                                      list(cdi.devices), withdrawn)]
+        return [*first, self.observed(generation, spec_conditions(cdi) + self.withdrawal_failed + gpu_conditions + vm_conditions,
+                                      list(cdi.devices), withdrawn, instances)]
 
     def converge_gpus(self, devices: list[Any]) -> tuple[bool, list[dict[str, Any]]]:
         """One pass of every GPU's MIG layout towards the newest verified spec (mig.py), and health:
         whether a GPU changed (the inventory must follow), and the GPUs' conditions."""
-        outcomes = converge_all(self.driver, self.gpus, devices)
+        passed = passed_through(self.instances)  # a VM's GPU: its layout is the VM's business
+        outcomes = converge_all(self.driver, [gpu for gpu in self.gpus if not (isinstance(gpu, dict) and gpu.get("uuid") in passed)],
+                                devices)
         conditions = [condition for outcome in outcomes for condition in outcome.conditions()]
         health = getattr(self.driver, "health", None)
         if callable(health):
@@ -317,7 +332,7 @@ class Daemon:
 
     def reconcile(self) -> list[Message]:
         """Level-triggered between specs: the CDI file back to the newest verified spec, the GPUs'
-        MIG layouts towards it, and health. What to send: a fresh inventory when a GPU changed, an
+        MIG layouts towards it, the VMs to its instances, and health. What to send: a fresh inventory when a GPU changed, an
         acknowledgement again when the GPUs' conditions did."""
         self.repair_drift()
         if self.applied is None or self.journal.last_generation is None:
@@ -325,13 +340,14 @@ class Daemon:
         generation, devices = self.applied
         changed, gpu_conditions = self.converge_gpus(devices)
         messages = self.inventory_after_change(changed)
+        instances, vm_conditions = self.converge_instances()  # a tampered or vanished domain is put back
         try:
             cdi_conditions = spec_conditions(self.cdi_spec(generation, devices))
         except (InventoryError, CdiError) as error:
             cdi_conditions = [{"type": "SpecFailed", "generation": generation, "message": str(error)[:1000]}]
-        conditions = cdi_conditions + self.withdrawal_failed + gpu_conditions
-        if messages or conditions != self.reported:
-            messages.append(self.observed(self.journal.last_generation, conditions))
+        conditions = cdi_conditions + self.withdrawal_failed + gpu_conditions + vm_conditions
+        if messages or conditions != self.reported or instances != self.reported_instances:
+            messages.append(self.observed(self.journal.last_generation, conditions, instances=instances))
         return messages
 
     def withdraw_processes(self, spec: dict[str, Any]) -> dict[str, Any] | None:
@@ -353,6 +369,16 @@ class Daemon:
             log.error("processes on devices no longer granted cannot be stopped: %s", error)
             self.withdrawal_failed = [{"type": "WithdrawalFailed", "message": f"{type(error).__name__}: {error}"[:1000]}]
             return None
+    def converge_instances(self) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+        """Converge the host's VMs to the newest verified spec's instances: what each is now (None
+        where this node runs no hypervisor) and the node's conditions."""
+        if self.hypervisor is None:
+            return None, []
+        try:
+            reports, conditions = self.hypervisor.converge(self.instances, self.driver.collect())
+        except InventoryError as error:
+            return [], [{"type": "HypervisorReady", "status": "False", "message": f"inventory unreadable: {error}"[:1000]}]
+        return [report.document() for report in reports], conditions
 
     def cdi_spec(self, generation: int, devices: list[Any]) -> CdiSpec:
         """The CDI spec of these bookings on the node as the driver sees it now, with the driver's
@@ -398,15 +424,19 @@ class Daemon:
         return drifted
 
     def observed(self, generation: int, conditions: list[dict[str, Any]], devices: list[dict[str, Any]] | None = None,
-                 withdrawal: dict[str, Any] | None = None) -> Observed:
+                 withdrawal: dict[str, Any] | None = None, instances: list[dict[str, Any]] | None = None) -> Observed:
         """The acknowledgement of `generation`: the node's conditions and, for a spec applied, per
-        booking whether its device is exposed and what was withdrawn (compute.node_observed)."""
+        booking whether its device is exposed and what was withdrawn (compute.node_observed); on a
+        host that runs VMs, what each instance of the spec is (compute.instances_observed)."""
         self.reported = conditions
+        self.reported_instances = instances
         payload: dict[str, Any] = {"generation": generation, "conditions": conditions}
         if devices is not None:
             payload["devices"] = devices
         if withdrawal is not None:
             payload["withdrawal"] = withdrawal
+        if instances is not None:
+            payload["instances"] = instances
         return Observed(self.report(OBSERVED_REPORT, payload))
 
     def execute(self, envelope: Envelope) -> list[Message]:
@@ -459,6 +489,12 @@ class Daemon:
             return [Error(INVALID_ARGUMENT, f"the renewed certificate is refused: {error}")]
         log.info("certificate renewed; valid until %s", self.credentials.certificate.not_valid_after_utc)
         return []
+
+
+def passed_through(instances: list[Any]) -> set[str]:
+    """The UUIDs of the GPUs the spec's instances hold (passed through to their VMs)."""
+    return {gpu["device_uuid"] for instance in instances if isinstance(instance, dict) and isinstance(instance.get("gpus"), list)
+            for gpu in instance["gpus"] if isinstance(gpu, dict) and isinstance(gpu.get("device_uuid"), str)}
 
 
 def spec_conditions(cdi: CdiSpec) -> list[dict[str, Any]]:
