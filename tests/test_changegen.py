@@ -92,8 +92,14 @@ COMMIT;
 
 # webhook_secrets_sealed drops and re-creates a type its own functions return (compute.webhook_delivery)
 # and renames an argument (webhook_create's p_secret): the tool drops those functions first and
-# creates them after the type, in the deploy and in the revert.
-@pytest.mark.parametrize("name", ["error_contract_read", "webhook_secrets_sealed"])
+# creates them after the type, in the deploy and in the revert. gpu_conditions_and_mig_layouts has a
+# generated column that calls a function the change creates: the tool creates that function before the
+# tables. svid_issuance and instances create trigger functions and the tables their triggers are on:
+# the revert drops those functions after the tables (and their triggers). machines creates a role and a
+# schema before its SET LOCAL ROLE (kept there, run as the migrator), functions that return its view
+# ops.machines (the view comes before them), and rows its tables' keys use (deleted after the tables).
+@pytest.mark.parametrize("name", ["error_contract_read", "webhook_secrets_sealed", "gpu_conditions_and_mig_layouts",
+                                  "svid_issuance", "instances", "machines"])
 def test_writing_a_regenerated_change_again_changes_nothing(project: tuple[Path, Path], name: str) -> None:
     top, _ = project
     before = {kind: (top / kind / f"{name}.sql").read_text() for kind in ("deploy", "revert")}
@@ -104,3 +110,19 @@ def test_writing_a_regenerated_change_again_changes_nothing(project: tuple[Path,
 def test_a_type_the_change_drops_takes_the_functions_that_use_it_along() -> None:
     assert changegen.dropped_types(["DROP TYPE compute.webhook_delivery, compute.other;", "DROP VIEW ops.v;"]) == [
         "compute.webhook_delivery", "compute.other"]
+
+
+def test_a_view_whose_row_type_functions_use_comes_before_them_and_goes_after_them() -> None:
+    kept = changegen.Kept(early=["CREATE TABLE compute.t (a int);"],
+                          late=["CREATE VIEW ops.v AS SELECT a FROM compute.t;", "CREATE VIEW ops.w AS SELECT 1 AS b;"],
+                          revert_first=["DROP VIEW ops.w;", "DROP VIEW ops.v;"], revert_last=["DROP TABLE compute.t;"])
+    assert changegen.order_views(kept, {"ops.v"}) == changegen.Kept(
+        early=["CREATE TABLE compute.t (a int);", "CREATE VIEW ops.v AS SELECT a FROM compute.t;"],
+        late=["CREATE VIEW ops.w AS SELECT 1 AS b;"],
+        revert_first=["DROP VIEW ops.w;"], revert_last=["DROP VIEW ops.v;", "DROP TABLE compute.t;"])
+
+
+def test_what_a_script_runs_before_its_role_is_kept_before_it() -> None:
+    script = "BEGIN;\nCREATE SCHEMA site_api;\nSET LOCAL ROLE bc_owner;\nCREATE TABLE compute.t (a int);\nCOMMIT;\n"
+    assert changegen.prelude_statements(script) == ["CREATE SCHEMA site_api;"]
+    assert changegen.kept_statements(script) == ["CREATE TABLE compute.t (a int);"]

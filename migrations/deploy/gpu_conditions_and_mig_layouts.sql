@@ -2,31 +2,27 @@
 -- Issue 13 parts 1 and 3: per-GPU conditions reported by nodes (compute.device_conditions), a
 -- critical one keeps the GPU out of new placements; the node spec carries each GPU's layout valid now
 -- (MIG mode and instances) and since when; the tick refreshes specs when a scheduled layout takes effect.
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
--- == Per-GPU conditions (issue 13 parts 1 and 3) =====================================================
--- What a node's daemon reports about each of its GPUs (MIG convergence, health), kept per device and
--- type. A critical condition keeps the GPU (every atom of it) out of new placements, like a flag on the
--- GPU alone, and changes no booking (P6). The node reports the whole set each time (level-triggered):
--- a type it no longer reports is gone. Each row keeps who said it (set_by), why (reason, message),
--- since when its status holds (since) and the spec generation it was reported under: a report of an
--- older generation never overwrites what a newer one (or the control plane, at a layout change) said.
+SET LOCAL check_function_bodies = off;
 
-CREATE FUNCTION compute.device_condition_critical(p_type text, p_status boolean)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
-AS $$
+CREATE OR REPLACE FUNCTION compute.device_condition_critical(p_type text, p_status boolean)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
     -- Critical: the GPU cannot serve a new holder as the database describes it. MigConverged false:
     -- its MIG layout is not (yet) the one valid now. Slowdowns and other types only inform.
     SELECT CASE WHEN p_type = 'MigConverged' THEN NOT p_status
                 ELSE p_status AND p_type IN ('MigFailed', 'MigPendingReset', 'FallenOffBus', 'XidCritical',
                                              'EccUncorrectable', 'RowRemapPending', 'RowRemapFailed') END
-$$;
-COMMENT ON FUNCTION compute.device_condition_critical(text, boolean) IS
-    'Whether a GPU condition keeps the GPU out of new placements (MigConverged false, or a fault that is true).';
+$function$;
+
+COMMENT ON FUNCTION compute.device_condition_critical(text,boolean) IS 'Whether a GPU condition keeps the GPU out of new placements (MigConverged false, or a fault that is true).';
 
 CREATE TABLE compute.device_conditions (
     device_id   uuid NOT NULL,
@@ -46,14 +42,30 @@ CREATE TABLE compute.device_conditions (
     CONSTRAINT device_conditions_message_check CHECK (length(message) <= 1000),
     CONSTRAINT device_conditions_set_by_check CHECK (length(set_by) BETWEEN 1 AND 300)
 );
-CREATE INDEX device_conditions_critical ON compute.device_conditions (device_id) WHERE critical;
-COMMENT ON TABLE compute.device_conditions IS
-    'Conditions of each GPU (MIG convergence, health) as its node last reported them; a critical one keeps the GPU out of new placements.';
 
-CREATE FUNCTION compute.device_conditions_reported(p_node_id uuid, p_generation bigint, p_conditions jsonb)
-RETURNS integer
-LANGUAGE plpgsql
-AS $$
+CREATE INDEX device_conditions_critical ON compute.device_conditions (device_id) WHERE critical;
+
+SET LOCAL check_function_bodies = off;
+
+CREATE OR REPLACE FUNCTION compute.atom_is_schedulable(p_atom compute.atoms, p_during tstzrange)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    RETURN p_atom.valid @> p_during
+       AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_atom.node_id)
+       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present)
+       AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = p_atom.device_id AND k.critical);
+END
+$function$;
+
+COMMENT ON FUNCTION compute.atom_is_schedulable(compute.atoms,tstzrange) IS 'Valid for the whole window, on a present GPU without a critical condition, of a node without flags.';
+
+CREATE OR REPLACE FUNCTION compute.device_conditions_reported(p_node_id uuid, p_generation bigint, p_conditions jsonb)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the node's condition rows (through the upsert and delete), after node_specs (the caller's).
 DECLARE
     v_now  timestamptz := compute.compute_now();
@@ -102,14 +114,15 @@ BEGIN
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN v_rows;
 END
-$$;
-COMMENT ON FUNCTION compute.device_conditions_reported(uuid, bigint, jsonb) IS
-    'Store the per-GPU conditions of a verified node.observed report (its whole set; older generations never overwrite newer).';
+$function$;
 
-CREATE FUNCTION compute.device_layout_at(p_device_id uuid, p_at timestamptz)
-RETURNS TABLE (layout text, since timestamptz)
-LANGUAGE plpgsql STABLE
-AS $$
+COMMENT ON FUNCTION compute.device_conditions_reported(uuid,bigint,jsonb) IS 'Store the per-GPU conditions of a verified node.observed report (its whole set; older generations never overwrite newer).';
+
+CREATE OR REPLACE FUNCTION compute.device_layout_at(p_device_id uuid, p_at timestamp with time zone)
+ RETURNS TABLE(layout text, since timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 BEGIN
     -- The layout a GPU has at p_at, read from its atoms valid then (devices.layout is the newest
     -- one scheduled, perhaps for later), and since when: the last change at or before p_at.
@@ -124,13 +137,15 @@ BEGIN
      WHERE a.device_id = p_device_id AND a.valid @> p_at
     HAVING count(*) > 0;
 END
-$$;
-COMMENT ON FUNCTION compute.device_layout_at(uuid, timestamptz) IS 'The layout of a GPU at a time (from its atoms) and since when it holds.';
+$function$;
+
+COMMENT ON FUNCTION compute.device_layout_at(uuid,timestamp with time zone) IS 'The layout of a GPU at a time (from its atoms) and since when it holds.';
 
 CREATE OR REPLACE FUNCTION compute.node_spec_document(p_node_id uuid)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 DECLARE
     v_now timestamptz := compute.compute_now();
 BEGIN
@@ -169,13 +184,38 @@ BEGIN
               CROSS JOIN LATERAL compute.device_layout_at(d.device_id, v_now) AS l
              WHERE d.node_id = p_node_id AND d.present));
 END
-$$;
+$function$;
+
 COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation, and each GPU''s layout (MIG mode and instances).';
 
+CREATE OR REPLACE FUNCTION compute.node_spec_observed(p_node_id uuid, p_generation bigint, p_conditions jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF p_conditions IS NULL OR pg_catalog.jsonb_typeof(p_conditions) <> 'array'
+       OR pg_catalog.octet_length(p_conditions::text) > compute.limit('node_message_bytes') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'conditions are a bounded JSON array', 'Send [] when all is well.');
+    END IF;
+    -- Observed only ever moves forward, and never past what was signed for the node.
+    UPDATE compute.node_specs
+       SET observed_generation = greatest(observed_generation, p_generation), observed_at = compute.compute_now(), conditions = p_conditions
+     WHERE node_id = p_node_id AND p_generation <= signed_generation;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('generation %s was never sent to node %s', p_generation, p_node_id),
+            'Report the generation of the spec you applied.');
+    END IF;
+    -- Entries with a gpu_uuid are that GPU's conditions (compute.device_conditions).
+    PERFORM compute.device_conditions_reported(p_node_id, p_generation, p_conditions);
+END
+$function$;
+
+COMMENT ON FUNCTION compute.node_spec_observed(uuid,bigint,jsonb) IS 'A node applied a spec generation (verified report); its conditions, those of its GPUs per GPU.';
+
 CREATE OR REPLACE FUNCTION compute.node_spec_refresh(p_node_id uuid)
-RETURNS bigint
-LANGUAGE plpgsql
-AS $$
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the node's spec row first, then the document is computed by a later statement,
 -- whose snapshot (READ COMMITTED) sees every change committed before the lock was granted: two
 -- concurrent refreshes cannot store a document that misses the other's change.
@@ -217,13 +257,12 @@ BEGIN
     END IF;
     RETURN v_generation;
 END
-$$;
-COMMENT ON FUNCTION compute.node_spec_refresh(uuid) IS 'Recompute a node''s spec; bump its generation when it changed and have the worker sign it.';
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.node_specs_tick()
-RETURNS integer
-LANGUAGE plpgsql
-AS $$
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
 DECLARE
     v_now     timestamptz := compute.compute_now();
     v_changed integer := 0;
@@ -251,51 +290,16 @@ BEGIN
     END LOOP;
     RETURN v_changed;
 END
-$$;
+$function$;
+
 COMMENT ON FUNCTION compute.node_specs_tick() IS 'Sweep: refresh the specs of nodes whose bookings started or ended, or whose GPUs changed layout, by time passing.';
 
-CREATE OR REPLACE FUNCTION compute.node_spec_observed(p_node_id uuid, p_generation bigint, p_conditions jsonb)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    IF p_conditions IS NULL OR pg_catalog.jsonb_typeof(p_conditions) <> 'array'
-       OR pg_catalog.octet_length(p_conditions::text) > compute.limit('node_message_bytes') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'conditions are a bounded JSON array', 'Send [] when all is well.');
-    END IF;
-    -- Observed only ever moves forward, and never past what was signed for the node.
-    UPDATE compute.node_specs
-       SET observed_generation = greatest(observed_generation, p_generation), observed_at = compute.compute_now(), conditions = p_conditions
-     WHERE node_id = p_node_id AND p_generation <= signed_generation;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('generation %s was never sent to node %s', p_generation, p_node_id),
-            'Report the generation of the spec you applied.');
-    END IF;
-    -- Entries with a gpu_uuid are that GPU's conditions (compute.device_conditions).
-    PERFORM compute.device_conditions_reported(p_node_id, p_generation, p_conditions);
-END
-$$;
-COMMENT ON FUNCTION compute.node_spec_observed(uuid, bigint, jsonb) IS 'A node applied a spec generation (verified report); its conditions, those of its GPUs per GPU.';
-
-CREATE OR REPLACE FUNCTION compute.atom_is_schedulable(p_atom compute.atoms, p_during tstzrange)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    RETURN p_atom.valid @> p_during
-       AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_atom.node_id)
-       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present)
-       AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = p_atom.device_id AND k.critical);
-END
-$$;
-COMMENT ON FUNCTION compute.atom_is_schedulable(compute.atoms, tstzrange) IS
-    'Valid for the whole window, on a present GPU without a critical condition, of a node without flags.';
-
-CREATE OR REPLACE FUNCTION compute.place_candidates(p_pool_id uuid, p_shape text, p_during tstzrange, p_spread boolean,
-                                         p_skip uuid[], p_limit bigint)
-RETURNS compute.placement_candidate[]
-LANGUAGE plpgsql STABLE
-AS $$
+CREATE OR REPLACE FUNCTION compute.place_candidates(p_pool_id uuid, p_shape text, p_during tstzrange, p_spread boolean, p_skip uuid[], p_limit bigint)
+ RETURNS compute.placement_candidate[]
+ LANGUAGE plpgsql
+ STABLE
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
 DECLARE
     v_candidates compute.placement_candidate[];
 BEGIN
@@ -342,14 +346,13 @@ BEGIN
     END IF;
     RETURN coalesce(v_candidates, '{}');
 END
-$$;
-COMMENT ON FUNCTION compute.place_candidates(uuid, text, tstzrange, boolean, uuid[], bigint) IS
-    'Step 1 of placement: free, schedulable atoms of the shape in the pool''s static order, at most p_limit.';
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.place_shortfall(p_pool_id uuid, p_shape text, p_count integer, p_during tstzrange, p_same_node boolean)
-RETURNS text
-LANGUAGE sql STABLE
-AS $$
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+AS $function$
     -- Why a request cannot be placed, for the HINT: counted over the whole pool (the slow path).
     WITH a AS (
         SELECT compute.atom_is_schedulable(x, p_during) AS schedulable,
@@ -372,13 +375,13 @@ AS $$
                               p_count, p_shape, (SELECT max(n) FROM (SELECT count(*) AS n FROM a WHERE free GROUP BY node_id) AS per_node))
         ELSE 'Concurrent reservations hold the free atoms right now; retry.'
     END
-$$;
-COMMENT ON FUNCTION compute.place_shortfall(uuid, text, integer, tstzrange, boolean) IS 'Why a placement failed, in words for the HINT.';
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.reservation_document(p_reservation_id uuid)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 DECLARE
     v_now timestamptz := compute.compute_now();
 BEGIN
@@ -409,8 +412,59 @@ BEGIN
       FROM compute.reservations AS r
      WHERE r.reservation_id = p_reservation_id);
 END
-$$;
+$function$;
+
 COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (docs/architecture.md §17).';
+
+CREATE OR REPLACE VIEW ops.nodes AS
+ SELECT n.node_id,
+    n.name,
+    s.name AS site,
+    p.name AS pool,
+    p.gpu_model,
+    ( SELECT count(*) AS count
+           FROM compute.devices d
+          WHERE d.node_id = n.node_id AND d.present) AS gpus,
+    ( SELECT array_agg(f.flag ORDER BY f.flag) AS array_agg
+           FROM compute.node_flags f
+          WHERE f.node_id = n.node_id) AS flags,
+        CASE
+            WHEN NOT (EXISTS ( SELECT 1
+               FROM compute.node_flags f
+              WHERE f.node_id = n.node_id AND f.flag = 'draining'::text)) THEN NULL::text
+            WHEN (EXISTS ( SELECT 1
+               FROM compute.bookings b
+              WHERE b.node_id = n.node_id AND (b.state = ANY (ARRAY['provisional'::text, 'active'::text])) AND b.during @> ops.now())) THEN 'draining'::text
+            ELSE 'drained'::text
+        END AS drain,
+    ( SELECT jsonb_object_agg(f.flag, jsonb_build_object('by', f.set_by, 'reason', f.reason, 'at', f.set_at, 'completed_at', f.completed_at)) AS jsonb_object_agg
+           FROM compute.node_flags f
+          WHERE f.node_id = n.node_id) AS flag_details,
+    n.inventory_at,
+    n.created_at,
+    COALESCE(ns.closed_at IS NULL AND ns.last_heard_at > (ops.now() - (( SELECT l.value
+           FROM compute.limits l
+          WHERE l.name = 'session_timeout_seconds'::text))::double precision * '00:00:01'::interval), false) AS connected,
+    round(EXTRACT(epoch FROM ops.now() - ns.last_heard_at), 1) AS last_heard_seconds,
+    ( SELECT jsonb_agg(jsonb_build_object('gpu_uuid', d.uuid, 'index', d.index, 'type', c.type, 'status', c.status, 'critical', c.critical, 'reason', c.reason, 'message', c.message, 'by', c.set_by, 'since', c.since, 'reported_at', c.reported_at, 'generation', c.generation) ORDER BY d.index, c.type) AS jsonb_agg
+           FROM compute.device_conditions c
+             JOIN compute.devices d ON d.device_id = c.device_id
+          WHERE d.node_id = n.node_id) AS gpu_conditions,
+    ( SELECT count(DISTINCT c.device_id) AS count
+           FROM compute.device_conditions c
+             JOIN compute.devices d ON d.device_id = c.device_id
+          WHERE d.node_id = n.node_id AND c.critical) AS gpus_unschedulable
+   FROM compute.nodes n
+     JOIN compute.pools p ON p.pool_id = n.pool_id
+     JOIN compute.sites s ON s.site_id = n.site_id
+     LEFT JOIN compute.node_sessions ns ON ns.node_id = n.node_id;
+
+COMMENT ON TABLE compute.device_conditions IS 'Conditions of each GPU (MIG convergence, health) as its node last reported them; a critical one keeps the GPU out of new placements.';
+
+COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when), drain state (draining until no booking is live now), connected and the age since last heard, its GPUs'' conditions (who, why, since when) and how many GPUs a critical one keeps out of placement.';
+
+COMMENT ON TABLE compute.device_conditions IS
+    'Conditions of each GPU (MIG convergence, health) as its node last reported them; a critical one keeps the GPU out of new placements.';
 
 CREATE OR REPLACE VIEW ops.nodes AS
     SELECT n.node_id, n.name, s.name AS site, p.name AS pool, p.gpu_model,
@@ -442,8 +496,5 @@ CREATE OR REPLACE VIEW ops.nodes AS
       JOIN compute.pools AS p ON p.pool_id = n.pool_id
       JOIN compute.sites AS s ON s.site_id = n.site_id
       LEFT JOIN compute.node_sessions AS ns ON ns.node_id = n.node_id;
-COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when), drain state (draining until no booking is live now), connected and the age since last heard, its GPUs'' conditions (who, why, since when) and how many GPUs a critical one keeps out of placement.';
-
-ALTER FUNCTION compute.place_candidates(uuid, text, tstzrange, boolean, uuid[], bigint) SET plan_cache_mode = force_generic_plan;
 
 COMMIT;

@@ -1,28 +1,9 @@
 -- Deploy better_compute:machines to pg
 -- Snapshot of sql/700_machines.sql when this change was planned.
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
--- Bare metal (issue 14, docs/architecture.md §12): machines provisioned through their BMCs by a site agent.
---
---   site_agents       one process per site network (better-compute serve site-agent); its X25519
---                     public key is what BMC credentials are sealed to (P14)
---   machines          a server known by its BMC: provision state, deadline, failure count, last
---                     error, BmcReachable (a condition: changes nothing else, P6)
---   machine_states    the states, which of them are failures (= quarantined) and their deadline
---   machine_transitions  the legal moves as rows: (from, event) -> to; any other move is refused
---   machine_credentials  BMC credentials, versioned, only as boxes sealed to the agent's key with
---                     the machine id as associated data: nobody but the agent can open them
---   bmc_ops           BMC operations as rows (kind, args, epoch); a partial unique index keeps one
---                     live operation per machine; a result with a stale epoch is FENCED. The worker
---                     signs each (P14: purpose bmc.op, its intent key) before an agent may claim it;
---                     the agent runs only what the signature covers (address, kind, args)
---
--- The reconciler (compute.machine_reconcile, worker work 'machines.reconcile' and the periodic
--- 'machines.sweep') is level-triggered: from the state, the step within the state's plan and the
--- live operation it decides the next operation; it never waits on a BMC. Failures move the machine
--- to verify_failed / deploy_failed / clean_failed (quarantined); only an operator's retry or abort
--- leaves them. A machine is never declared lost (P6).
 DO $roles$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'bc_site_agent') THEN
@@ -30,24 +11,16 @@ BEGIN
     END IF;
 END
 $roles$;
+
 CREATE SCHEMA site_api AUTHORIZATION bc_owner;
+
 COMMENT ON SCHEMA site_api IS 'What site agents call (bc_site_agent): claim BMC operations, return their results.';
+
 GRANT USAGE ON SCHEMA site_api TO bc_site_agent;
+
 ALTER DEFAULT PRIVILEGES FOR ROLE bc_owner IN SCHEMA site_api GRANT EXECUTE ON FUNCTIONS TO bc_site_agent;
 
 SET LOCAL ROLE bc_owner;
-
-
-INSERT INTO compute.limits (name, value, unit, description) VALUES
-    ('machine_verify_seconds',        900, 'seconds', 'How long a machine may stay in verifying (BMC reachable) before verify_failed.'),
-    ('machine_deploy_seconds',       1800, 'seconds', 'How long a machine may stay in deploying (BMC reachable) before deploy_failed.'),
-    ('machine_deploy_wait_seconds',  1800, 'seconds', 'How long a deployed machine may take to join (deploy_wait) before deploy_failed.'),
-    ('machine_clean_seconds',        1800, 'seconds', 'How long a machine may stay in cleaning (BMC reachable) before clean_failed.'),
-    ('machine_failures',                5, 'count',   'Failed BMC operations of one machine in one state before it is quarantined.'),
-    ('machines_provisioning_per_agent', 8, 'count',   'Machines one site agent deploys at once (more wait for a slot).'),
-    ('bmc_sessions_per_agent',          4, 'count',   'BMC operations one site agent runs at once.'),
-    ('bmc_op_seconds',                300, 'seconds', 'How long a claimed BMC operation may run before it is taken back and issued again under a new epoch.'),
-    ('bmc_unreachable_retry_seconds',  30, 'seconds', 'How long the reconciler waits before trying a BMC that did not answer again.');
 
 CREATE TABLE compute.site_agents (
     agent_id      uuid CONSTRAINT site_agents_pkey PRIMARY KEY,
@@ -60,7 +33,6 @@ CREATE TABLE compute.site_agents (
     CONSTRAINT site_agents_site_id_name_key UNIQUE (site_id, name),
     CONSTRAINT site_agents_key_id_is_the_key_digest CHECK (key_id = left(pg_catalog.encode(pg_catalog.sha256(public_key), 'hex'), 16))
 );
-COMMENT ON TABLE compute.site_agents IS 'Site agents: the X25519 public key BMC credentials are sealed to (only the agent holds the private key).';
 
 CREATE TABLE compute.machine_states (
     state         text CONSTRAINT machine_states_pkey PRIMARY KEY,
@@ -68,20 +40,6 @@ CREATE TABLE compute.machine_states (
     deadline_limit text CONSTRAINT machine_states_deadline_limit_fkey REFERENCES compute.limits (name),
     description   text NOT NULL
 );
-COMMENT ON TABLE compute.machine_states IS 'Provision states; failed ones are quarantined; deadline_limit names the limit that bounds the stay.';
-
-INSERT INTO compute.machine_states (state, failed, deadline_limit, description) VALUES
-    ('enrolled',      false, NULL,                          'Known by its BMC; nothing checked yet.'),
-    ('verifying',     false, 'machine_verify_seconds',      'The site agent checks the BMC answers with these credentials and the system is the one enrolled.'),
-    ('manageable',    false, NULL,                          'Verified; waits for an operator to provide it.'),
-    ('deploying',     false, 'machine_deploy_seconds',      'Power off, old media out, the image in, boot from CD, power on.'),
-    ('deploy_wait',   false, 'machine_deploy_wait_seconds', 'Booted; waits for its bcd to join with the machine''s single-use token.'),
-    ('active',        false, NULL,                          'Its node is in the fleet (bookable; a bare_metal reservation books all of it).'),
-    ('cleaning',      false, 'machine_clean_seconds',       'Released: the old node identity is revoked; power off, media out, boot device reset.'),
-    ('available',     false, NULL,                          'Clean; deployed again at once, to rejoin with a new key.'),
-    ('verify_failed', true,  NULL,                          'Quarantined: verification failed; operator: retry or abort.'),
-    ('deploy_failed', true,  NULL,                          'Quarantined: deployment failed; operator: retry or abort.'),
-    ('clean_failed',  true,  NULL,                          'Quarantined: cleaning failed (never rejoins with its old identity); operator: retry or abort.');
 
 CREATE TABLE compute.machine_transitions (
     from_state text NOT NULL CONSTRAINT machine_transitions_from_state_fkey REFERENCES compute.machine_states,
@@ -91,32 +49,6 @@ CREATE TABLE compute.machine_transitions (
     by_operator boolean NOT NULL,
     CONSTRAINT machine_transitions_pkey PRIMARY KEY (from_state, event)
 );
-COMMENT ON TABLE compute.machine_transitions IS 'The legal moves of a machine; compute.machine_transition refuses every other.';
-
-INSERT INTO compute.machine_transitions (from_state, event, to_state, by_operator) VALUES
-    ('enrolled',      'manage',   'verifying',     true),
-    ('verifying',     'verified', 'manageable',    false),
-    ('verifying',     'fail',     'verify_failed', false),
-    ('verifying',     'abort',    'verify_failed', true),
-    ('manageable',    'manage',   'verifying',     true),
-    ('manageable',    'provide',  'deploying',     true),
-    ('deploying',     'deployed', 'deploy_wait',   false),
-    ('deploying',     'fail',     'deploy_failed', false),
-    ('deploying',     'abort',    'deploy_failed', true),
-    ('deploy_wait',   'joined',   'active',        false),
-    ('deploy_wait',   'fail',     'deploy_failed', false),
-    ('deploy_wait',   'abort',    'deploy_failed', true),
-    ('active',        'release',  'cleaning',      true),
-    ('cleaning',      'cleaned',  'available',     false),
-    ('cleaning',      'fail',     'clean_failed',  false),
-    ('cleaning',      'abort',    'clean_failed',  true),
-    ('available',     'provide',  'deploying',     false),
-    ('verify_failed', 'retry',    'verifying',     true),
-    ('verify_failed', 'abort',    'enrolled',      true),
-    ('deploy_failed', 'retry',    'deploying',     true),
-    ('deploy_failed', 'abort',    'manageable',    true),
-    ('clean_failed',  'retry',    'cleaning',      true),
-    ('clean_failed',  'abort',    'manageable',    true);
 
 CREATE TABLE compute.machines (
     machine_id          uuid CONSTRAINT machines_pkey PRIMARY KEY,
@@ -148,8 +80,6 @@ CREATE TABLE compute.machines (
     CONSTRAINT machines_node_id_key UNIQUE (node_id),
     CONSTRAINT machines_unreachable_has_since CHECK ((bmc_reachable IS FALSE) = (bmc_unreachable_since IS NOT NULL))
 );
-COMMENT ON TABLE compute.machines IS 'Bare-metal machines: provision state (legal moves in machine_transitions), step in the state''s plan, op epoch (fencing), deadline, BmcReachable.';
-COMMENT ON COLUMN compute.machines.generation IS 'Bumped by every state change; observed_generation: the generation whose plan finished.';
 
 CREATE TABLE compute.machine_credentials (
     machine_id uuid NOT NULL CONSTRAINT machine_credentials_machine_id_fkey REFERENCES compute.machines ON DELETE CASCADE,
@@ -159,14 +89,12 @@ CREATE TABLE compute.machine_credentials (
     created_at timestamptz NOT NULL,
     CONSTRAINT machine_credentials_pkey PRIMARY KEY (machine_id, version)
 );
-COMMENT ON TABLE compute.machine_credentials IS 'BMC credentials, versioned, only sealed to the site agent''s key (machine id as associated data); nothing here can open them.';
 
 CREATE TABLE compute.machine_join_tokens (
     token_id    uuid CONSTRAINT machine_join_tokens_pkey PRIMARY KEY CONSTRAINT machine_join_tokens_token_id_fkey REFERENCES compute.join_tokens,
     machine_id  uuid NOT NULL CONSTRAINT machine_join_tokens_machine_id_fkey REFERENCES compute.machines ON DELETE CASCADE,
     system_uuid text NOT NULL
 );
-COMMENT ON TABLE compute.machine_join_tokens IS 'Join tokens bound to one machine: the joining inventory must carry its system_uuid.';
 
 CREATE TABLE compute.bmc_ops (
     op_id       bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT bmc_ops_pkey PRIMARY KEY,
@@ -188,357 +116,31 @@ CREATE TABLE compute.bmc_ops (
     error       text CONSTRAINT bmc_ops_error_check CHECK (length(error) <= 2000),
     CONSTRAINT bmc_ops_signed_unless_unsigned CHECK ((state = 'unsigned') = (envelope IS NULL))
 );
+
 CREATE UNIQUE INDEX bmc_ops_one_live ON compute.bmc_ops (machine_id) WHERE state IN ('unsigned', 'queued', 'running');
+
 CREATE INDEX bmc_ops_agent_live ON compute.bmc_ops (agent_id, op_id) WHERE state IN ('queued', 'running');
+
 CREATE INDEX bmc_ops_machine ON compute.bmc_ops (machine_id, op_id);
-COMMENT ON TABLE compute.bmc_ops IS 'BMC operations: at most one live (unsigned, queued or running) per machine; signed by a worker before an agent claims it; results are accepted only with the op''s epoch.';
 
-INSERT INTO compute.work_periodic (kind, every) VALUES ('machines.sweep', interval '5 seconds');
+CREATE VIEW ops.machines AS
+    SELECT m.machine_id, m.name, m.state, s.failed AS quarantined, m.step, m.state_since, m.deadline, m.failure_count, m.last_error,
+           m.bmc_reachable, m.bmc_unreachable_since, m.bmc_address, m.system_uuid, m.serial, m.image_url, m.generation,
+           m.observed_generation, m.op_epoch, m.node_id, n.name AS node, m.pool_id, m.site_id, a.name AS agent,
+           (SELECT max(k.version) FROM compute.machine_credentials AS k WHERE k.machine_id = m.machine_id) AS credentials_version,
+           m.credentials_tried, m.credentials_worked,
+           (SELECT o.kind || ' ' || o.state FROM compute.bmc_ops AS o WHERE o.machine_id = m.machine_id AND o.state IN ('unsigned', 'queued', 'running')) AS live_op
+      FROM compute.machines AS m
+      JOIN compute.machine_states AS s ON s.state = m.state
+      JOIN compute.site_agents AS a ON a.agent_id = m.agent_id
+      LEFT JOIN compute.nodes AS n ON n.node_id = m.node_id;
 
--- The plan of each operation-driven state: the operations in order (step 0, 1, ...).
-CREATE FUNCTION compute.machine_plan(p_machine compute.machines)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT CASE p_machine.state
-        WHEN 'verifying' THEN pg_catalog.jsonb_build_array(
-            pg_catalog.jsonb_build_object('kind', 'verify', 'args', pg_catalog.jsonb_build_object('system_uuid', p_machine.system_uuid)))
-        WHEN 'deploying' THEN pg_catalog.jsonb_build_array(
-            pg_catalog.jsonb_build_object('kind', 'power_off', 'args', '{}'::jsonb),
-            pg_catalog.jsonb_build_object('kind', 'vmedia_eject', 'args', '{}'::jsonb),
-            pg_catalog.jsonb_build_object('kind', 'vmedia_insert', 'args', pg_catalog.jsonb_build_object(
-                'image_url', p_machine.image_url, 'join_token', true, 'system_uuid', p_machine.system_uuid)),
-            pg_catalog.jsonb_build_object('kind', 'boot_device', 'args', pg_catalog.jsonb_build_object('target', 'cd')),
-            pg_catalog.jsonb_build_object('kind', 'power_on', 'args', '{}'::jsonb))
-        WHEN 'cleaning' THEN pg_catalog.jsonb_build_array(
-            pg_catalog.jsonb_build_object('kind', 'power_off', 'args', '{}'::jsonb),
-            pg_catalog.jsonb_build_object('kind', 'vmedia_eject', 'args', '{}'::jsonb),
-            pg_catalog.jsonb_build_object('kind', 'boot_device', 'args', pg_catalog.jsonb_build_object('target', 'hdd')))
-        ELSE '[]'::jsonb END
-$$;
-COMMENT ON FUNCTION compute.machine_plan(compute.machines) IS 'The BMC operations a state runs, in order; the machine''s step says how many are done.';
+SET LOCAL check_function_bodies = off;
 
-CREATE FUNCTION compute.machine_get(p_machine text, p_lock boolean DEFAULT false)
-RETURNS compute.machines
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_machine compute.machines;
-BEGIN
-    IF p_machine ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$' THEN
-        SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = p_machine::uuid;
-    ELSE
-        SELECT * INTO v_machine FROM compute.machines AS m WHERE m.name = p_machine ORDER BY m.created_at LIMIT 1;
-    END IF;
-    IF v_machine.machine_id IS NULL THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no machine %s', p_machine), 'List the machines in ops.machines.');
-    END IF;
-    IF p_lock THEN
-        SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = v_machine.machine_id FOR UPDATE;
-    END IF;
-    RETURN v_machine;
-END
-$$;
-COMMENT ON FUNCTION compute.machine_get(text, boolean) IS 'A machine by id or name (locked when asked), or NOT_FOUND.';
-
-CREATE FUNCTION compute.machine_transition(p_machine_id uuid, p_event text, p_reason text DEFAULT NULL, p_operator boolean DEFAULT false)
-RETURNS compute.machines
-LANGUAGE plpgsql
-AS $$
--- Lock order: the machine row, then its live BMC operation, then its node's flags.
-DECLARE
-    v_now     timestamptz := compute.compute_now();
-    v_machine compute.machines;
-    v_move    compute.machine_transitions;
-    v_limit   text;
-BEGIN
-    SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = p_machine_id FOR UPDATE;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no machine %s', p_machine_id), 'List the machines in ops.machines.');
-    END IF;
-    SELECT * INTO v_move FROM compute.machine_transitions AS t WHERE t.from_state = v_machine.state AND t.event = p_event;
-    IF NOT FOUND OR v_move.by_operator <> p_operator THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT',
-            pg_catalog.format('machine %s is %s: %s is not a legal move from there', v_machine.name, v_machine.state, p_event),
-            coalesce((SELECT 'From ' || v_machine.state || ' an operator may: ' || pg_catalog.string_agg(t.event, ', ' ORDER BY t.event)
-                        FROM compute.machine_transitions AS t WHERE t.from_state = v_machine.state AND t.by_operator),
-                     'From ' || v_machine.state || ' only the reconciler moves the machine; wait, or abort if it is in flight.'));
-    END IF;
-    -- Whatever was in flight is over: cancel it and bump the epoch so that a late result is FENCED.
-    UPDATE compute.bmc_ops SET state = 'cancelled', finished_at = v_now
-     WHERE machine_id = p_machine_id AND state IN ('unsigned', 'queued', 'running');
-    SELECT s.deadline_limit INTO v_limit FROM compute.machine_states AS s WHERE s.state = v_move.to_state;
-    UPDATE compute.machines
-       SET state = v_move.to_state, state_since = v_now, step = 0, generation = generation + 1, op_epoch = op_epoch + 1,
-           failure_count = CASE WHEN v_move.to_state = v_machine.state OR p_event IN ('fail', 'abort') THEN failure_count ELSE 0 END,
-           deadline = CASE WHEN v_limit IS NULL OR v_move.to_state = 'deploying' THEN NULL
-                           ELSE v_now + compute.limit(v_limit) * interval '1 second' END,
-           last_error = CASE WHEN p_event IN ('fail', 'abort') THEN coalesce(p_reason, last_error)
-                             WHEN p_event = 'retry' THEN last_error ELSE NULL END
-     WHERE machine_id = p_machine_id
-    RETURNING * INTO v_machine;
-    -- Its node: quarantined with the machine; cordoned and its key revoked while it is cleaned (the
-    -- old identity never comes back: a rejoin registers a new key); cleared when it joins again.
-    IF v_machine.node_id IS NOT NULL THEN
-        IF (SELECT s.failed FROM compute.machine_states AS s WHERE s.state = v_machine.state) THEN
-            PERFORM compute.node_flag_set(v_machine.node_id, 'quarantined', 'machine',
-                pg_catalog.format('machine %s is %s: %s', v_machine.name, v_machine.state, coalesce(v_machine.last_error, p_event)));
-        ELSIF v_machine.state = 'cleaning' THEN
-            PERFORM compute.node_flag_set(v_machine.node_id, 'cordoned', 'machine', pg_catalog.format('machine %s is being cleaned', v_machine.name));
-            DELETE FROM compute.node_identities WHERE node_id = v_machine.node_id;
-            UPDATE compute.node_sessions SET closed_at = v_now WHERE node_id = v_machine.node_id AND closed_at IS NULL;
-        ELSIF v_machine.state = 'active' THEN
-            PERFORM compute.node_flag_clear(v_machine.node_id, 'cordoned');
-            PERFORM compute.node_flag_clear(v_machine.node_id, 'quarantined');
-        END IF;
-    END IF;
-    PERFORM compute.work_poke('machines.reconcile', p_machine_id::text);
-    RETURN v_machine;
-END
-$$;
-COMMENT ON FUNCTION compute.machine_transition(uuid, text, text, boolean) IS
-    'Move a machine by one legal move of machine_transitions (INVALID_ARGUMENT otherwise); cancels its live operation.';
-
--- Events: one per state change, through the outbox (never a credential: they are in another table).
-CREATE FUNCTION compute.outbox_machine_changed()
-RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    PERFORM compute.outbox_emit((SELECT s.tenant_id FROM compute.sites AS s WHERE s.site_id = NEW.site_id), 'machine', NEW.machine_id::text,
-        CASE WHEN TG_OP = 'INSERT' THEN 'machine.enrolled'
-             WHEN NEW.state IS DISTINCT FROM OLD.state THEN 'machine.state_changed'
-             ELSE 'machine.bmc_reachable' END,
-        pg_catalog.jsonb_build_object('machine_id', NEW.machine_id, 'name', NEW.name, 'state', NEW.state,
-            'from', CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, 'generation', NEW.generation,
-            'node_id', NEW.node_id, 'bmc_reachable', NEW.bmc_reachable, 'last_error', NEW.last_error));
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER machines_outbox_insert AFTER INSERT ON compute.machines
-    FOR EACH ROW EXECUTE FUNCTION compute.outbox_machine_changed();
-CREATE TRIGGER machines_outbox_update AFTER UPDATE OF state, bmc_reachable ON compute.machines
-    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.bmc_reachable IS DISTINCT FROM NEW.bmc_reachable)
-    EXECUTE FUNCTION compute.outbox_machine_changed();
-
-CREATE FUNCTION compute.machine_issue(p_machine compute.machines, p_kind text, p_args jsonb)
-RETURNS bigint
-LANGUAGE plpgsql
-AS $$
--- The caller holds the machine row. The partial unique index refuses a second live op.
-DECLARE
-    v_op_id bigint;
-BEGIN
-    UPDATE compute.machines SET op_epoch = op_epoch + 1 WHERE machine_id = p_machine.machine_id;
-    INSERT INTO compute.bmc_ops (machine_id, agent_id, epoch, state_name, generation, step, kind, args, state, created_at)
-    VALUES (p_machine.machine_id, p_machine.agent_id, p_machine.op_epoch + 1, p_machine.state, p_machine.generation, p_machine.step, p_kind, p_args,
-            'unsigned', compute.compute_now())
-    RETURNING op_id INTO v_op_id;
-    PERFORM compute.work_poke('bmc_ops.sign', v_op_id::text, '{}', NULL, 1);  -- the worker signs it (P14)
-    RETURN v_op_id;
-END
-$$;
-COMMENT ON FUNCTION compute.machine_issue(compute.machines, text, jsonb) IS 'Issue the machine''s next BMC operation under a new epoch (one live per machine), for a worker to sign.';
-
-CREATE FUNCTION compute.bmc_op_to_sign(p_op_id bigint)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT pg_catalog.jsonb_build_object('op_id', o.op_id, 'epoch', o.epoch, 'machine_id', o.machine_id, 'agent_id', o.agent_id,
-               'kind', o.kind, 'args', o.args, 'bmc_address', m.bmc_address)
-      FROM compute.bmc_ops AS o JOIN compute.machines AS m ON m.machine_id = o.machine_id
-     WHERE o.op_id = p_op_id AND o.state = 'unsigned'
-$$;
-COMMENT ON FUNCTION compute.bmc_op_to_sign(bigint) IS 'What a worker signs of an unsigned op (purpose bmc.op): the op, its epoch, the BMC address, kind, args; NULL once signed or over.';
-
-CREATE FUNCTION compute.bmc_op_signed(p_op_id bigint, p_envelope jsonb)
-RETURNS boolean
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_agent_id uuid;
-BEGIN
-    IF p_envelope IS NULL OR p_envelope -> 'body' IS DISTINCT FROM compute.bmc_op_to_sign(p_op_id) THEN
-        RETURN false;  -- signed, cancelled or changed meanwhile: the signature is dropped (the live op is signed again)
-    END IF;
-    UPDATE compute.bmc_ops SET state = 'queued', envelope = p_envelope WHERE op_id = p_op_id AND state = 'unsigned'
-    RETURNING agent_id INTO v_agent_id;
-    PERFORM pg_catalog.pg_notify('bc_bmc_ops', v_agent_id::text);
-    RETURN true;
-END
-$$;
-COMMENT ON FUNCTION compute.bmc_op_signed(bigint, jsonb) IS 'Store the signed envelope of an unsigned op (its body must be what bmc_op_to_sign answers); the op is claimable.';
-
-CREATE FUNCTION compute.machine_reconcile(p_machine_id uuid)
-RETURNS text
-LANGUAGE plpgsql
-AS $$
--- Level-triggered: looks at the machine as it is now and does the one next thing; never waits on a
--- BMC. Lock order: the machine row, then its BMC operations.
-DECLARE
-    v_now     timestamptz := compute.compute_now();
-    v_machine compute.machines;
-    v_op      compute.bmc_ops;
-    v_plan    jsonb;
-    v_busy    bigint;
-BEGIN
-    SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = p_machine_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN 'gone';
-    END IF;
-    IF v_machine.state = 'available' THEN  -- clean: deploy again at once, to rejoin with a new key
-        PERFORM compute.machine_transition(p_machine_id, 'provide');
-        RETURN 'provided';
-    END IF;
-    -- A deadline fires only while the BMC answers: a BMC that stopped answering changes BmcReachable, nothing else.
-    IF v_machine.deadline IS NOT NULL AND v_machine.deadline <= v_now AND v_machine.bmc_reachable IS NOT FALSE THEN
-        PERFORM compute.machine_transition(p_machine_id, 'fail',
-            pg_catalog.format('%s did not finish by its deadline %s (step %s)', v_machine.state, v_machine.deadline, v_machine.step));
-        RETURN 'deadline';
-    END IF;
-    SELECT * INTO v_op FROM compute.bmc_ops AS o WHERE o.machine_id = p_machine_id AND o.state IN ('unsigned', 'queued', 'running');
-    IF FOUND THEN
-        IF v_op.state = 'running' AND v_op.deadline <= v_now THEN
-            -- Its agent went quiet: take it back; the same step is issued again under a new epoch,
-            -- so a late result of the old one is FENCED. Operations are idempotent (target states).
-            UPDATE compute.bmc_ops SET state = 'expired', finished_at = v_now, error = 'the site agent did not answer in time'
-             WHERE op_id = v_op.op_id;
-        ELSE
-            RETURN 'waiting';
-        END IF;
-    END IF;
-    v_plan := compute.machine_plan(v_machine);
-    IF pg_catalog.jsonb_array_length(v_plan) = 0 THEN
-        RETURN 'idle';
-    END IF;
-    IF v_machine.step >= pg_catalog.jsonb_array_length(v_plan) THEN
-        UPDATE compute.machines SET observed_generation = generation WHERE machine_id = p_machine_id;
-        PERFORM compute.machine_transition(p_machine_id,
-            CASE v_machine.state WHEN 'verifying' THEN 'verified' WHEN 'deploying' THEN 'deployed' ELSE 'cleaned' END);
-        RETURN 'done';
-    END IF;
-    IF v_machine.bmc_reachable IS FALSE
-       AND v_machine.bmc_unreachable_since > v_now - compute.limit('bmc_unreachable_retry_seconds') * interval '1 second'
-       AND EXISTS (SELECT 1 FROM compute.bmc_ops AS o WHERE o.machine_id = p_machine_id AND o.state = 'unreachable'
-                      AND o.finished_at > v_now - compute.limit('bmc_unreachable_retry_seconds') * interval '1 second') THEN
-        RETURN 'unreachable';
-    END IF;
-    IF v_machine.state = 'deploying' AND v_machine.step = 0 AND v_machine.deadline IS NULL THEN
-        -- At most machines_provisioning_per_agent machines of one agent deploy at once.
-        SELECT count(*) INTO v_busy FROM compute.machines AS m
-         WHERE m.agent_id = v_machine.agent_id AND m.machine_id <> p_machine_id
-           AND ((m.state = 'deploying' AND m.deadline IS NOT NULL) OR m.state = 'deploy_wait');
-        IF v_busy >= compute.limit('machines_provisioning_per_agent') THEN
-            RETURN 'queued for a provisioning slot';
-        END IF;
-        UPDATE compute.machines SET deadline = v_now + compute.limit('machine_deploy_seconds') * interval '1 second'
-         WHERE machine_id = p_machine_id
-        RETURNING * INTO v_machine;
-    END IF;
-    PERFORM compute.machine_issue(v_machine, v_plan -> v_machine.step ->> 'kind', v_plan -> v_machine.step -> 'args');
-    RETURN 'issued ' || (v_plan -> v_machine.step ->> 'kind');
-END
-$$;
-COMMENT ON FUNCTION compute.machine_reconcile(uuid) IS 'Level-triggered: fire a passed deadline, take back an expired op, issue the next op, or finish the state.';
-
-CREATE FUNCTION compute.machines_sweep()
-RETURNS integer
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_count integer := 0;
-    v_id    uuid;
-BEGIN
-    FOR v_id IN SELECT m.machine_id FROM compute.machines AS m
-                  JOIN compute.machine_states AS s ON s.state = m.state
-                 WHERE NOT s.failed AND m.state NOT IN ('enrolled', 'manageable', 'active')
-                 ORDER BY m.machine_id LIMIT compute.limit('sweep_batch') LOOP
-        PERFORM compute.work_poke('machines.reconcile', v_id::text);
-        v_count := v_count + 1;
-    END LOOP;
-    RETURN v_count;
-END
-$$;
-COMMENT ON FUNCTION compute.machines_sweep() IS 'Poke the reconciler of every machine in a state that moves by itself (deadlines, lost agents).';
-
--- A machine's node joins: the token must be the machine's, the inventory must carry its system uuid.
-CREATE FUNCTION compute.machine_token_used()
-RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_binding compute.machine_join_tokens;
-    v_machine compute.machines;
-    v_uuid    text;
-BEGIN
-    SELECT * INTO v_binding FROM compute.machine_join_tokens AS b WHERE b.token_id = NEW.token_id;
-    IF NOT FOUND OR NEW.used_by_node IS NULL THEN
-        RETURN NULL;
-    END IF;
-    SELECT n.inventory ->> 'system_uuid' INTO v_uuid FROM compute.nodes AS n WHERE n.node_id = NEW.used_by_node;
-    IF v_uuid IS NULL OR pg_catalog.lower(v_uuid) <> pg_catalog.lower(v_binding.system_uuid) THEN
-        PERFORM compute.raise_error('ACCESS_DENIED', 'the join token is not valid',
-            'A machine''s join token works only for the machine it was made for (its system_uuid).');
-    END IF;
-    SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = v_binding.machine_id FOR UPDATE;
-    IF v_machine.state <> 'deploy_wait' THEN
-        PERFORM compute.raise_error('ACCESS_DENIED', 'the join token is not valid',
-            'A machine joins only while it waits for its node (deploy_wait); ask the operator to provide it again.');
-    END IF;
-    UPDATE compute.machines SET node_id = NEW.used_by_node WHERE machine_id = v_machine.machine_id;
-    PERFORM compute.machine_transition(v_machine.machine_id, 'joined');
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER join_tokens_machine AFTER UPDATE OF used_by_node ON compute.join_tokens
-    FOR EACH ROW EXECUTE FUNCTION compute.machine_token_used();
-
--- Site agents: claim operations, return results. FENCED: an op that is not running with that epoch.
-CREATE FUNCTION compute.bmc_ops_claim(p_agent_id uuid, p_limit integer)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
--- Lock order: the agent's row (serialises its claims: the session cap holds), then op rows in op_id order.
-DECLARE
-    v_now   timestamptz := compute.compute_now();
-    v_room  bigint;
-    v_ops   jsonb;
-BEGIN
-    UPDATE compute.site_agents SET last_heard_at = v_now WHERE agent_id = p_agent_id;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no site agent %s', p_agent_id), 'Register it with ops.site_agent_register.');
-    END IF;
-    SELECT compute.limit('bmc_sessions_per_agent') - count(*) INTO v_room
-      FROM compute.bmc_ops AS o WHERE o.agent_id = p_agent_id AND o.state = 'running';
-    WITH picked AS (
-        SELECT o.op_id FROM compute.bmc_ops AS o
-         WHERE o.agent_id = p_agent_id AND o.state = 'queued'
-         ORDER BY o.op_id LIMIT greatest(0, least(v_room, coalesce(p_limit, v_room)))
-           FOR UPDATE SKIP LOCKED
-    ), claimed AS (
-        UPDATE compute.bmc_ops AS o
-           SET state = 'running', claimed_at = v_now, deadline = v_now + compute.limit('bmc_op_seconds') * interval '1 second'
-          FROM picked WHERE o.op_id = picked.op_id
-        RETURNING o.*
-    )
-    SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-               'op_id', c.op_id, 'epoch', c.epoch, 'machine_id', c.machine_id, 'envelope', c.envelope, 'deadline', c.deadline,
-               'credentials', (SELECT pg_catalog.jsonb_build_object('version', k.version, 'key_id', k.key_id,
-                                                                    'box', pg_catalog.encode(k.box, 'base64'))
-                                 FROM compute.machine_credentials AS k WHERE k.machine_id = c.machine_id
-                                ORDER BY k.version DESC LIMIT 1))
-               ORDER BY c.op_id), '[]')
-      INTO v_ops
-      FROM claimed AS c JOIN compute.machines AS m ON m.machine_id = c.machine_id;
-    RETURN v_ops;
-END
-$$;
-COMMENT ON FUNCTION compute.bmc_ops_claim(uuid, integer) IS 'Queued (signed) ops of the agent, now running (at most bmc_sessions_per_agent running): their envelopes and the sealed credentials.';
-
-CREATE FUNCTION compute.bmc_op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
-RETURNS text
-LANGUAGE plpgsql
-AS $$
+CREATE OR REPLACE FUNCTION compute.bmc_op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the machine row, then the op row.
 DECLARE
     v_now     timestamptz := compute.compute_now();
@@ -619,14 +221,133 @@ BEGIN
     PERFORM compute.work_poke('machines.reconcile', v_machine.machine_id::text);
     RETURN p_outcome;
 END
-$$;
-COMMENT ON FUNCTION compute.bmc_op_result(uuid, bigint, bigint, text, jsonb, text) IS
-    'The result of a running op with its epoch (FENCED otherwise): advance the step, count a failure, or mark the BMC unreachable.';
+$function$;
 
-CREATE FUNCTION compute.machine_json(p_machine compute.machines)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
+COMMENT ON FUNCTION compute.bmc_op_result(uuid,bigint,bigint,text,jsonb,text) IS 'The result of a running op with its epoch (FENCED otherwise): advance the step, count a failure, or mark the BMC unreachable.';
+
+CREATE OR REPLACE FUNCTION compute.bmc_op_signed(p_op_id bigint, p_envelope jsonb)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_agent_id uuid;
+BEGIN
+    IF p_envelope IS NULL OR p_envelope -> 'body' IS DISTINCT FROM compute.bmc_op_to_sign(p_op_id) THEN
+        RETURN false;  -- signed, cancelled or changed meanwhile: the signature is dropped (the live op is signed again)
+    END IF;
+    UPDATE compute.bmc_ops SET state = 'queued', envelope = p_envelope WHERE op_id = p_op_id AND state = 'unsigned'
+    RETURNING agent_id INTO v_agent_id;
+    PERFORM pg_catalog.pg_notify('bc_bmc_ops', v_agent_id::text);
+    RETURN true;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.bmc_op_signed(bigint,jsonb) IS 'Store the signed envelope of an unsigned op (its body must be what bmc_op_to_sign answers); the op is claimable.';
+
+CREATE OR REPLACE FUNCTION compute.bmc_op_to_sign(p_op_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT pg_catalog.jsonb_build_object('op_id', o.op_id, 'epoch', o.epoch, 'machine_id', o.machine_id, 'agent_id', o.agent_id,
+               'kind', o.kind, 'args', o.args, 'bmc_address', m.bmc_address)
+      FROM compute.bmc_ops AS o JOIN compute.machines AS m ON m.machine_id = o.machine_id
+     WHERE o.op_id = p_op_id AND o.state = 'unsigned'
+$function$;
+
+COMMENT ON FUNCTION compute.bmc_op_to_sign(bigint) IS 'What a worker signs of an unsigned op (purpose bmc.op): the op, its epoch, the BMC address, kind, args; NULL once signed or over.';
+
+CREATE OR REPLACE FUNCTION compute.bmc_ops_claim(p_agent_id uuid, p_limit integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: the agent's row (serialises its claims: the session cap holds), then op rows in op_id order.
+DECLARE
+    v_now   timestamptz := compute.compute_now();
+    v_room  bigint;
+    v_ops   jsonb;
+BEGIN
+    UPDATE compute.site_agents SET last_heard_at = v_now WHERE agent_id = p_agent_id;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no site agent %s', p_agent_id), 'Register it with ops.site_agent_register.');
+    END IF;
+    SELECT compute.limit('bmc_sessions_per_agent') - count(*) INTO v_room
+      FROM compute.bmc_ops AS o WHERE o.agent_id = p_agent_id AND o.state = 'running';
+    WITH picked AS (
+        SELECT o.op_id FROM compute.bmc_ops AS o
+         WHERE o.agent_id = p_agent_id AND o.state = 'queued'
+         ORDER BY o.op_id LIMIT greatest(0, least(v_room, coalesce(p_limit, v_room)))
+           FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE compute.bmc_ops AS o
+           SET state = 'running', claimed_at = v_now, deadline = v_now + compute.limit('bmc_op_seconds') * interval '1 second'
+          FROM picked WHERE o.op_id = picked.op_id
+        RETURNING o.*
+    )
+    SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'op_id', c.op_id, 'epoch', c.epoch, 'machine_id', c.machine_id, 'envelope', c.envelope, 'deadline', c.deadline,
+               'credentials', (SELECT pg_catalog.jsonb_build_object('version', k.version, 'key_id', k.key_id,
+                                                                    'box', pg_catalog.encode(k.box, 'base64'))
+                                 FROM compute.machine_credentials AS k WHERE k.machine_id = c.machine_id
+                                ORDER BY k.version DESC LIMIT 1))
+               ORDER BY c.op_id), '[]')
+      INTO v_ops
+      FROM claimed AS c JOIN compute.machines AS m ON m.machine_id = c.machine_id;
+    RETURN v_ops;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.bmc_ops_claim(uuid,integer) IS 'Queued (signed) ops of the agent, now running (at most bmc_sessions_per_agent running): their envelopes and the sealed credentials.';
+
+CREATE OR REPLACE FUNCTION compute.machine_get(p_machine text, p_lock boolean DEFAULT false)
+ RETURNS compute.machines
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_machine compute.machines;
+BEGIN
+    IF p_machine ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$' THEN
+        SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = p_machine::uuid;
+    ELSE
+        SELECT * INTO v_machine FROM compute.machines AS m WHERE m.name = p_machine ORDER BY m.created_at LIMIT 1;
+    END IF;
+    IF v_machine.machine_id IS NULL THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no machine %s', p_machine), 'List the machines in ops.machines.');
+    END IF;
+    IF p_lock THEN
+        SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = v_machine.machine_id FOR UPDATE;
+    END IF;
+    RETURN v_machine;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.machine_get(text,boolean) IS 'A machine by id or name (locked when asked), or NOT_FOUND.';
+
+CREATE OR REPLACE FUNCTION compute.machine_issue(p_machine compute.machines, p_kind text, p_args jsonb)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+-- The caller holds the machine row. The partial unique index refuses a second live op.
+DECLARE
+    v_op_id bigint;
+BEGIN
+    UPDATE compute.machines SET op_epoch = op_epoch + 1 WHERE machine_id = p_machine.machine_id;
+    INSERT INTO compute.bmc_ops (machine_id, agent_id, epoch, state_name, generation, step, kind, args, state, created_at)
+    VALUES (p_machine.machine_id, p_machine.agent_id, p_machine.op_epoch + 1, p_machine.state, p_machine.generation, p_machine.step, p_kind, p_args,
+            'unsigned', compute.compute_now())
+    RETURNING op_id INTO v_op_id;
+    PERFORM compute.work_poke('bmc_ops.sign', v_op_id::text, '{}', NULL, 1);  -- the worker signs it (P14)
+    RETURN v_op_id;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.machine_issue(compute.machines,text,jsonb) IS 'Issue the machine''s next BMC operation under a new epoch (one live per machine), for a worker to sign.';
+
+CREATE OR REPLACE FUNCTION compute.machine_json(p_machine compute.machines)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
     SELECT pg_catalog.jsonb_build_object('machine_id', p_machine.machine_id, 'name', p_machine.name, 'site_id', p_machine.site_id,
         'pool_id', p_machine.pool_id, 'agent_id', p_machine.agent_id, 'bmc_address', p_machine.bmc_address,
         'system_uuid', p_machine.system_uuid, 'serial', p_machine.serial, 'image_url', p_machine.image_url,
@@ -637,46 +358,294 @@ AS $$
         'bmc_reachable', p_machine.bmc_reachable, 'credentials_tried', p_machine.credentials_tried,
         'credentials_worked', p_machine.credentials_worked, 'node_id', p_machine.node_id,
         'credentials_version', (SELECT max(k.version) FROM compute.machine_credentials AS k WHERE k.machine_id = p_machine.machine_id));
-$$;
+$function$;
+
 COMMENT ON FUNCTION compute.machine_json(compute.machines) IS 'A machine as operators see it (never its credentials: only their version).';
 
--- Operators (ops, bc_operator).
-CREATE FUNCTION ops.site_agent_register(p_site_id uuid, p_name text, p_public_key bytea)
-RETURNS uuid
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''
-AS $$
+CREATE OR REPLACE FUNCTION compute.machine_operator_move(p_machine text, p_event text, p_reason text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
 DECLARE
-    v_agent_id uuid := pg_catalog.gen_random_uuid();
+    v_machine compute.machines := compute.machine_get(p_machine, true);
 BEGIN
-    IF p_public_key IS NULL OR octet_length(p_public_key) <> 32 THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a site agent key is 32 bytes (raw X25519 public key)',
-            'Run better-compute serve site-agent --print-public-key and pass what it prints.');
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM compute.sites AS s WHERE s.site_id = p_site_id) THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no site %s', p_site_id), 'List the sites in ops.pool_capacity.');
-    END IF;
-    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid site agent name %L', p_name),
-            'Use lower-case letters, digits, ".", "_" and "-" (at most 63).');
-    END IF;
-    INSERT INTO compute.site_agents (agent_id, site_id, name, public_key, key_id, created_at)
-    VALUES (v_agent_id, p_site_id, p_name, p_public_key, left(pg_catalog.encode(pg_catalog.sha256(p_public_key), 'hex'), 16),
-            compute.compute_now())
-    ON CONFLICT (site_id, name) DO NOTHING;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('ALREADY_EXISTS', pg_catalog.format('site agent %s exists in site %s', p_name, p_site_id),
-            'Pick another name, or use the agent that exists (ops.site_agents).');
-    END IF;
-    RETURN v_agent_id;
+    RETURN compute.machine_json(compute.machine_transition(v_machine.machine_id, p_event,
+        CASE WHEN p_event = 'abort' THEN coalesce('aborted: ' || p_reason, 'aborted by an operator') END, true));
 END
-$$;
-COMMENT ON FUNCTION ops.site_agent_register(uuid, text, bytea) IS 'Register a site agent and the X25519 public key credentials are sealed to.';
+$function$;
 
-CREATE FUNCTION ops.machine_enroll(p_machine_id uuid, p_agent_id uuid, p_pool_id uuid, p_name text, p_bmc_address text,
-                                   p_system_uuid text, p_image_url text, p_credentials_key_id text, p_credentials_box bytea)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''
-AS $$
+COMMENT ON FUNCTION compute.machine_operator_move(text,text,text) IS 'An operator''s move of a machine (manage, provide, release, retry, abort).';
+
+CREATE OR REPLACE FUNCTION compute.machine_plan(p_machine compute.machines)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT CASE p_machine.state
+        WHEN 'verifying' THEN pg_catalog.jsonb_build_array(
+            pg_catalog.jsonb_build_object('kind', 'verify', 'args', pg_catalog.jsonb_build_object('system_uuid', p_machine.system_uuid)))
+        WHEN 'deploying' THEN pg_catalog.jsonb_build_array(
+            pg_catalog.jsonb_build_object('kind', 'power_off', 'args', '{}'::jsonb),
+            pg_catalog.jsonb_build_object('kind', 'vmedia_eject', 'args', '{}'::jsonb),
+            pg_catalog.jsonb_build_object('kind', 'vmedia_insert', 'args', pg_catalog.jsonb_build_object(
+                'image_url', p_machine.image_url, 'join_token', true, 'system_uuid', p_machine.system_uuid)),
+            pg_catalog.jsonb_build_object('kind', 'boot_device', 'args', pg_catalog.jsonb_build_object('target', 'cd')),
+            pg_catalog.jsonb_build_object('kind', 'power_on', 'args', '{}'::jsonb))
+        WHEN 'cleaning' THEN pg_catalog.jsonb_build_array(
+            pg_catalog.jsonb_build_object('kind', 'power_off', 'args', '{}'::jsonb),
+            pg_catalog.jsonb_build_object('kind', 'vmedia_eject', 'args', '{}'::jsonb),
+            pg_catalog.jsonb_build_object('kind', 'boot_device', 'args', pg_catalog.jsonb_build_object('target', 'hdd')))
+        ELSE '[]'::jsonb END
+$function$;
+
+COMMENT ON FUNCTION compute.machine_plan(compute.machines) IS 'The BMC operations a state runs, in order; the machine''s step says how many are done.';
+
+CREATE OR REPLACE FUNCTION compute.machine_reconcile(p_machine_id uuid)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+-- Level-triggered: looks at the machine as it is now and does the one next thing; never waits on a
+-- BMC. Lock order: the machine row, then its BMC operations.
+DECLARE
+    v_now     timestamptz := compute.compute_now();
+    v_machine compute.machines;
+    v_op      compute.bmc_ops;
+    v_plan    jsonb;
+    v_busy    bigint;
+BEGIN
+    SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = p_machine_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'gone';
+    END IF;
+    IF v_machine.state = 'available' THEN  -- clean: deploy again at once, to rejoin with a new key
+        PERFORM compute.machine_transition(p_machine_id, 'provide');
+        RETURN 'provided';
+    END IF;
+    -- A deadline fires only while the BMC answers: a BMC that stopped answering changes BmcReachable, nothing else.
+    IF v_machine.deadline IS NOT NULL AND v_machine.deadline <= v_now AND v_machine.bmc_reachable IS NOT FALSE THEN
+        PERFORM compute.machine_transition(p_machine_id, 'fail',
+            pg_catalog.format('%s did not finish by its deadline %s (step %s)', v_machine.state, v_machine.deadline, v_machine.step));
+        RETURN 'deadline';
+    END IF;
+    SELECT * INTO v_op FROM compute.bmc_ops AS o WHERE o.machine_id = p_machine_id AND o.state IN ('unsigned', 'queued', 'running');
+    IF FOUND THEN
+        IF v_op.state = 'running' AND v_op.deadline <= v_now THEN
+            -- Its agent went quiet: take it back; the same step is issued again under a new epoch,
+            -- so a late result of the old one is FENCED. Operations are idempotent (target states).
+            UPDATE compute.bmc_ops SET state = 'expired', finished_at = v_now, error = 'the site agent did not answer in time'
+             WHERE op_id = v_op.op_id;
+        ELSE
+            RETURN 'waiting';
+        END IF;
+    END IF;
+    v_plan := compute.machine_plan(v_machine);
+    IF pg_catalog.jsonb_array_length(v_plan) = 0 THEN
+        RETURN 'idle';
+    END IF;
+    IF v_machine.step >= pg_catalog.jsonb_array_length(v_plan) THEN
+        UPDATE compute.machines SET observed_generation = generation WHERE machine_id = p_machine_id;
+        PERFORM compute.machine_transition(p_machine_id,
+            CASE v_machine.state WHEN 'verifying' THEN 'verified' WHEN 'deploying' THEN 'deployed' ELSE 'cleaned' END);
+        RETURN 'done';
+    END IF;
+    IF v_machine.bmc_reachable IS FALSE
+       AND v_machine.bmc_unreachable_since > v_now - compute.limit('bmc_unreachable_retry_seconds') * interval '1 second'
+       AND EXISTS (SELECT 1 FROM compute.bmc_ops AS o WHERE o.machine_id = p_machine_id AND o.state = 'unreachable'
+                      AND o.finished_at > v_now - compute.limit('bmc_unreachable_retry_seconds') * interval '1 second') THEN
+        RETURN 'unreachable';
+    END IF;
+    IF v_machine.state = 'deploying' AND v_machine.step = 0 AND v_machine.deadline IS NULL THEN
+        -- At most machines_provisioning_per_agent machines of one agent deploy at once.
+        SELECT count(*) INTO v_busy FROM compute.machines AS m
+         WHERE m.agent_id = v_machine.agent_id AND m.machine_id <> p_machine_id
+           AND ((m.state = 'deploying' AND m.deadline IS NOT NULL) OR m.state = 'deploy_wait');
+        IF v_busy >= compute.limit('machines_provisioning_per_agent') THEN
+            RETURN 'queued for a provisioning slot';
+        END IF;
+        UPDATE compute.machines SET deadline = v_now + compute.limit('machine_deploy_seconds') * interval '1 second'
+         WHERE machine_id = p_machine_id
+        RETURNING * INTO v_machine;
+    END IF;
+    PERFORM compute.machine_issue(v_machine, v_plan -> v_machine.step ->> 'kind', v_plan -> v_machine.step -> 'args');
+    RETURN 'issued ' || (v_plan -> v_machine.step ->> 'kind');
+END
+$function$;
+
+COMMENT ON FUNCTION compute.machine_reconcile(uuid) IS 'Level-triggered: fire a passed deadline, take back an expired op, issue the next op, or finish the state.';
+
+CREATE OR REPLACE FUNCTION compute.machine_token_used()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_binding compute.machine_join_tokens;
+    v_machine compute.machines;
+    v_uuid    text;
+BEGIN
+    SELECT * INTO v_binding FROM compute.machine_join_tokens AS b WHERE b.token_id = NEW.token_id;
+    IF NOT FOUND OR NEW.used_by_node IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT n.inventory ->> 'system_uuid' INTO v_uuid FROM compute.nodes AS n WHERE n.node_id = NEW.used_by_node;
+    IF v_uuid IS NULL OR pg_catalog.lower(v_uuid) <> pg_catalog.lower(v_binding.system_uuid) THEN
+        PERFORM compute.raise_error('ACCESS_DENIED', 'the join token is not valid',
+            'A machine''s join token works only for the machine it was made for (its system_uuid).');
+    END IF;
+    SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = v_binding.machine_id FOR UPDATE;
+    IF v_machine.state <> 'deploy_wait' THEN
+        PERFORM compute.raise_error('ACCESS_DENIED', 'the join token is not valid',
+            'A machine joins only while it waits for its node (deploy_wait); ask the operator to provide it again.');
+    END IF;
+    UPDATE compute.machines SET node_id = NEW.used_by_node WHERE machine_id = v_machine.machine_id;
+    PERFORM compute.machine_transition(v_machine.machine_id, 'joined');
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION compute.machine_transition(p_machine_id uuid, p_event text, p_reason text DEFAULT NULL::text, p_operator boolean DEFAULT false)
+ RETURNS compute.machines
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: the machine row, then its live BMC operation, then its node's flags.
+DECLARE
+    v_now     timestamptz := compute.compute_now();
+    v_machine compute.machines;
+    v_move    compute.machine_transitions;
+    v_limit   text;
+BEGIN
+    SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = p_machine_id FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no machine %s', p_machine_id), 'List the machines in ops.machines.');
+    END IF;
+    SELECT * INTO v_move FROM compute.machine_transitions AS t WHERE t.from_state = v_machine.state AND t.event = p_event;
+    IF NOT FOUND OR v_move.by_operator <> p_operator THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT',
+            pg_catalog.format('machine %s is %s: %s is not a legal move from there', v_machine.name, v_machine.state, p_event),
+            coalesce((SELECT 'From ' || v_machine.state || ' an operator may: ' || pg_catalog.string_agg(t.event, ', ' ORDER BY t.event)
+                        FROM compute.machine_transitions AS t WHERE t.from_state = v_machine.state AND t.by_operator),
+                     'From ' || v_machine.state || ' only the reconciler moves the machine; wait, or abort if it is in flight.'));
+    END IF;
+    -- Whatever was in flight is over: cancel it and bump the epoch so that a late result is FENCED.
+    UPDATE compute.bmc_ops SET state = 'cancelled', finished_at = v_now
+     WHERE machine_id = p_machine_id AND state IN ('unsigned', 'queued', 'running');
+    SELECT s.deadline_limit INTO v_limit FROM compute.machine_states AS s WHERE s.state = v_move.to_state;
+    UPDATE compute.machines
+       SET state = v_move.to_state, state_since = v_now, step = 0, generation = generation + 1, op_epoch = op_epoch + 1,
+           failure_count = CASE WHEN v_move.to_state = v_machine.state OR p_event IN ('fail', 'abort') THEN failure_count ELSE 0 END,
+           deadline = CASE WHEN v_limit IS NULL OR v_move.to_state = 'deploying' THEN NULL
+                           ELSE v_now + compute.limit(v_limit) * interval '1 second' END,
+           last_error = CASE WHEN p_event IN ('fail', 'abort') THEN coalesce(p_reason, last_error)
+                             WHEN p_event = 'retry' THEN last_error ELSE NULL END
+     WHERE machine_id = p_machine_id
+    RETURNING * INTO v_machine;
+    -- Its node: quarantined with the machine; cordoned and its key revoked while it is cleaned (the
+    -- old identity never comes back: a rejoin registers a new key); cleared when it joins again.
+    IF v_machine.node_id IS NOT NULL THEN
+        IF (SELECT s.failed FROM compute.machine_states AS s WHERE s.state = v_machine.state) THEN
+            PERFORM compute.node_flag_set(v_machine.node_id, 'quarantined', 'machine',
+                pg_catalog.format('machine %s is %s: %s', v_machine.name, v_machine.state, coalesce(v_machine.last_error, p_event)));
+        ELSIF v_machine.state = 'cleaning' THEN
+            PERFORM compute.node_flag_set(v_machine.node_id, 'cordoned', 'machine', pg_catalog.format('machine %s is being cleaned', v_machine.name));
+            DELETE FROM compute.node_identities WHERE node_id = v_machine.node_id;
+            UPDATE compute.node_sessions SET closed_at = v_now WHERE node_id = v_machine.node_id AND closed_at IS NULL;
+        ELSIF v_machine.state = 'active' THEN
+            PERFORM compute.node_flag_clear(v_machine.node_id, 'cordoned');
+            PERFORM compute.node_flag_clear(v_machine.node_id, 'quarantined');
+        END IF;
+    END IF;
+    PERFORM compute.work_poke('machines.reconcile', p_machine_id::text);
+    RETURN v_machine;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.machine_transition(uuid,text,text,boolean) IS 'Move a machine by one legal move of machine_transitions (INVALID_ARGUMENT otherwise); cancels its live operation.';
+
+CREATE OR REPLACE FUNCTION compute.machines_sweep()
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_count integer := 0;
+    v_id    uuid;
+BEGIN
+    FOR v_id IN SELECT m.machine_id FROM compute.machines AS m
+                  JOIN compute.machine_states AS s ON s.state = m.state
+                 WHERE NOT s.failed AND m.state NOT IN ('enrolled', 'manageable', 'active')
+                 ORDER BY m.machine_id LIMIT compute.limit('sweep_batch') LOOP
+        PERFORM compute.work_poke('machines.reconcile', v_id::text);
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.machines_sweep() IS 'Poke the reconciler of every machine in a state that moves by itself (deadlines, lost agents).';
+
+CREATE OR REPLACE FUNCTION compute.outbox_machine_changed()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM compute.outbox_emit((SELECT s.tenant_id FROM compute.sites AS s WHERE s.site_id = NEW.site_id), 'machine', NEW.machine_id::text,
+        CASE WHEN TG_OP = 'INSERT' THEN 'machine.enrolled'
+             WHEN NEW.state IS DISTINCT FROM OLD.state THEN 'machine.state_changed'
+             ELSE 'machine.bmc_reachable' END,
+        pg_catalog.jsonb_build_object('machine_id', NEW.machine_id, 'name', NEW.name, 'state', NEW.state,
+            'from', CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, 'generation', NEW.generation,
+            'node_id', NEW.node_id, 'bmc_reachable', NEW.bmc_reachable, 'last_error', NEW.last_error));
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION ops.machine_abort(p_machine text, p_reason text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.machine_operator_move(p_machine, 'abort', p_reason) $function$;
+
+COMMENT ON FUNCTION ops.machine_abort(text,text) IS 'Abort what a machine does (in flight: into its failed state) or leave a failed state.';
+
+GRANT EXECUTE ON FUNCTION ops.machine_abort(text,text) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.machine_credentials_set(p_machine text, p_key_id text, p_box bytea)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+DECLARE
+    v_machine compute.machines := compute.machine_get(p_machine, true);
+    v_version integer;
+BEGIN
+    IF p_key_id IS DISTINCT FROM (SELECT a.key_id FROM compute.site_agents AS a WHERE a.agent_id = v_machine.agent_id) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the credentials are not sealed to the site agent''s key',
+            'Seal them to the key of the machine''s agent (ops.site_agents).');
+    END IF;
+    BEGIN
+        INSERT INTO compute.machine_credentials (machine_id, version, key_id, box, created_at)
+        VALUES (v_machine.machine_id, coalesce((SELECT max(k.version) FROM compute.machine_credentials AS k
+                                                WHERE k.machine_id = v_machine.machine_id), 0) + 1,
+                p_key_id, p_box, compute.compute_now())
+        RETURNING version INTO v_version;
+    EXCEPTION WHEN check_violation OR not_null_violation THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the sealed credentials are not a box (49 to 4096 bytes)',
+            'Seal them with better-compute machines enroll, or better_compute.sealing.seal.');
+    END;
+    RETURN v_version;
+END
+$function$;
+
+COMMENT ON FUNCTION ops.machine_credentials_set(text,text,bytea) IS 'A new version of a machine''s sealed BMC credentials (the next operation uses it).';
+
+GRANT EXECUTE ON FUNCTION ops.machine_credentials_set(text,text,bytea) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.machine_enroll(p_machine_id uuid, p_agent_id uuid, p_pool_id uuid, p_name text, p_bmc_address text, p_system_uuid text, p_image_url text, p_credentials_key_id text, p_credentials_box bytea)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 DECLARE
     v_now     timestamptz := compute.compute_now();
     v_agent   compute.site_agents;
@@ -711,133 +680,302 @@ BEGIN
     END;
     RETURN compute.machine_json(v_machine);
 END
-$$;
-COMMENT ON FUNCTION ops.machine_enroll(uuid, uuid, uuid, text, text, text, text, text, bytea) IS
-    'Enroll a machine by its BMC; credentials only as a box sealed to the agent''s key (with the machine id as associated data).';
+$function$;
 
-CREATE FUNCTION ops.machine_credentials_set(p_machine text, p_key_id text, p_box bytea)
-RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''
-AS $$
+COMMENT ON FUNCTION ops.machine_enroll(uuid,uuid,uuid,text,text,text,text,text,bytea) IS 'Enroll a machine by its BMC; credentials only as a box sealed to the agent''s key (with the machine id as associated data).';
+
+GRANT EXECUTE ON FUNCTION ops.machine_enroll(uuid,uuid,uuid,text,text,text,text,text,bytea) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.machine_manage(p_machine text)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.machine_operator_move(p_machine, 'manage', NULL) $function$;
+
+GRANT EXECUTE ON FUNCTION ops.machine_manage(text) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.machine_provide(p_machine text)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.machine_operator_move(p_machine, 'provide', NULL) $function$;
+
+GRANT EXECUTE ON FUNCTION ops.machine_provide(text) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.machine_release(p_machine text)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.machine_operator_move(p_machine, 'release', NULL) $function$;
+
+GRANT EXECUTE ON FUNCTION ops.machine_release(text) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.machine_retry(p_machine text)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.machine_operator_move(p_machine, 'retry', NULL) $function$;
+
+GRANT EXECUTE ON FUNCTION ops.machine_retry(text) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.machine_show(p_machine text)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT compute.machine_json(m) || pg_catalog.jsonb_build_object('operations',
+               (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(o) ORDER BY o.op_id DESC), '[]')
+                  FROM (SELECT o.op_id, o.epoch, o.state_name, o.generation, o.step, o.kind, o.state, o.created_at, o.finished_at, o.error
+                          FROM compute.bmc_ops AS o WHERE o.machine_id = m.machine_id ORDER BY o.op_id DESC LIMIT 20) AS o))
+      FROM compute.machine_get(p_machine) AS m
+$function$;
+
+COMMENT ON FUNCTION ops.machine_show(text) IS 'One machine and its last 20 BMC operations (better-compute machines show).';
+
+GRANT EXECUTE ON FUNCTION ops.machine_show(text) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.machines_list()
+ RETURNS SETOF ops.machines
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT * FROM ops.machines ORDER BY name $function$;
+
+COMMENT ON FUNCTION ops.machines_list() IS 'ops.machines, for the CLI (better-compute machines list).';
+
+GRANT EXECUTE ON FUNCTION ops.machines_list() TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.site_agent_key(p_agent_id uuid)
+ RETURNS TABLE(agent_id uuid, key_id text, public_key text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT a.agent_id, a.key_id, pg_catalog.encode(a.public_key, 'base64') FROM compute.site_agents AS a WHERE a.agent_id = p_agent_id
+$function$;
+
+COMMENT ON FUNCTION ops.site_agent_key(uuid) IS 'The public key to seal a machine''s BMC credentials to.';
+
+GRANT EXECUTE ON FUNCTION ops.site_agent_key(uuid) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.site_agent_register(p_site_id uuid, p_name text, p_public_key bytea)
+ RETURNS uuid
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 DECLARE
-    v_machine compute.machines := compute.machine_get(p_machine, true);
-    v_version integer;
+    v_agent_id uuid := pg_catalog.gen_random_uuid();
 BEGIN
-    IF p_key_id IS DISTINCT FROM (SELECT a.key_id FROM compute.site_agents AS a WHERE a.agent_id = v_machine.agent_id) THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the credentials are not sealed to the site agent''s key',
-            'Seal them to the key of the machine''s agent (ops.site_agents).');
+    IF p_public_key IS NULL OR octet_length(p_public_key) <> 32 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a site agent key is 32 bytes (raw X25519 public key)',
+            'Run better-compute serve site-agent --print-public-key and pass what it prints.');
     END IF;
-    BEGIN
-        INSERT INTO compute.machine_credentials (machine_id, version, key_id, box, created_at)
-        VALUES (v_machine.machine_id, coalesce((SELECT max(k.version) FROM compute.machine_credentials AS k
-                                                WHERE k.machine_id = v_machine.machine_id), 0) + 1,
-                p_key_id, p_box, compute.compute_now())
-        RETURNING version INTO v_version;
-    EXCEPTION WHEN check_violation OR not_null_violation THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'the sealed credentials are not a box (49 to 4096 bytes)',
-            'Seal them with better-compute machines enroll, or better_compute.sealing.seal.');
-    END;
-    RETURN v_version;
+    IF NOT EXISTS (SELECT 1 FROM compute.sites AS s WHERE s.site_id = p_site_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no site %s', p_site_id), 'List the sites in ops.pool_capacity.');
+    END IF;
+    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid site agent name %L', p_name),
+            'Use lower-case letters, digits, ".", "_" and "-" (at most 63).');
+    END IF;
+    INSERT INTO compute.site_agents (agent_id, site_id, name, public_key, key_id, created_at)
+    VALUES (v_agent_id, p_site_id, p_name, p_public_key, left(pg_catalog.encode(pg_catalog.sha256(p_public_key), 'hex'), 16),
+            compute.compute_now())
+    ON CONFLICT (site_id, name) DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('ALREADY_EXISTS', pg_catalog.format('site agent %s exists in site %s', p_name, p_site_id),
+            'Pick another name, or use the agent that exists (ops.site_agents).');
+    END IF;
+    RETURN v_agent_id;
 END
-$$;
-COMMENT ON FUNCTION ops.machine_credentials_set(text, text, bytea) IS 'A new version of a machine''s sealed BMC credentials (the next operation uses it).';
+$function$;
 
-CREATE FUNCTION compute.machine_operator_move(p_machine text, p_event text, p_reason text)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_machine compute.machines := compute.machine_get(p_machine, true);
-BEGIN
-    RETURN compute.machine_json(compute.machine_transition(v_machine.machine_id, p_event,
-        CASE WHEN p_event = 'abort' THEN coalesce('aborted: ' || p_reason, 'aborted by an operator') END, true));
-END
-$$;
-COMMENT ON FUNCTION compute.machine_operator_move(text, text, text) IS 'An operator''s move of a machine (manage, provide, release, retry, abort).';
+COMMENT ON FUNCTION ops.site_agent_register(uuid,text,bytea) IS 'Register a site agent and the X25519 public key credentials are sealed to.';
 
-CREATE FUNCTION ops.machine_manage(p_machine text) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machine_operator_move(p_machine, 'manage', NULL) $$;
-CREATE FUNCTION ops.machine_provide(p_machine text) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machine_operator_move(p_machine, 'provide', NULL) $$;
-CREATE FUNCTION ops.machine_release(p_machine text) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machine_operator_move(p_machine, 'release', NULL) $$;
-CREATE FUNCTION ops.machine_retry(p_machine text) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machine_operator_move(p_machine, 'retry', NULL) $$;
-CREATE FUNCTION ops.machine_abort(p_machine text, p_reason text DEFAULT NULL) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machine_operator_move(p_machine, 'abort', p_reason) $$;
-COMMENT ON FUNCTION ops.machine_abort(text, text) IS 'Abort what a machine does (in flight: into its failed state) or leave a failed state.';
+GRANT EXECUTE ON FUNCTION ops.site_agent_register(uuid,text,bytea) TO bc_operator;
 
-CREATE VIEW ops.machines AS
-    SELECT m.machine_id, m.name, m.state, s.failed AS quarantined, m.step, m.state_since, m.deadline, m.failure_count, m.last_error,
-           m.bmc_reachable, m.bmc_unreachable_since, m.bmc_address, m.system_uuid, m.serial, m.image_url, m.generation,
-           m.observed_generation, m.op_epoch, m.node_id, n.name AS node, m.pool_id, m.site_id, a.name AS agent,
-           (SELECT max(k.version) FROM compute.machine_credentials AS k WHERE k.machine_id = m.machine_id) AS credentials_version,
-           m.credentials_tried, m.credentials_worked,
-           (SELECT o.kind || ' ' || o.state FROM compute.bmc_ops AS o WHERE o.machine_id = m.machine_id AND o.state IN ('unsigned', 'queued', 'running')) AS live_op
-      FROM compute.machines AS m
-      JOIN compute.machine_states AS s ON s.state = m.state
-      JOIN compute.site_agents AS a ON a.agent_id = m.agent_id
-      LEFT JOIN compute.nodes AS n ON n.node_id = m.node_id;
+CREATE OR REPLACE FUNCTION site_api.bmc_sessions()
+ RETURNS integer
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.limit('bmc_sessions_per_agent')::integer $function$;
+
+GRANT EXECUTE ON FUNCTION site_api.bmc_sessions() TO bc_site_agent;
+
+CREATE OR REPLACE FUNCTION site_api.error_contract()
+ RETURNS TABLE(code text, sqlstate text, http_status integer)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT e.code, e.sqlstate, e.http_status FROM compute.error_codes AS e ORDER BY e.sqlstate $function$;
+
+COMMENT ON FUNCTION site_api.error_contract() IS 'The error contract (code, SQLSTATE, HTTP status) as site agents read it when they start.';
+
+GRANT EXECUTE ON FUNCTION site_api.error_contract() TO bc_site_agent;
+
+CREATE OR REPLACE FUNCTION site_api.now()
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.compute_now() $function$;
+
+GRANT EXECUTE ON FUNCTION site_api.now() TO bc_site_agent;
+
+CREATE OR REPLACE FUNCTION site_api.op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.bmc_op_result(p_agent_id, p_op_id, p_epoch, p_outcome, p_result, p_error) $function$;
+
+GRANT EXECUTE ON FUNCTION site_api.op_result(uuid,bigint,bigint,text,jsonb,text) TO bc_site_agent;
+
+CREATE OR REPLACE FUNCTION site_api.ops_claim(p_agent_id uuid, p_limit integer DEFAULT NULL::integer)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.bmc_ops_claim(p_agent_id, p_limit) $function$;
+
+GRANT EXECUTE ON FUNCTION site_api.ops_claim(uuid,integer) TO bc_site_agent;
+
+CREATE OR REPLACE FUNCTION worker_api.bmc_op_signed(p_op_id bigint, p_envelope jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.bmc_op_signed(p_op_id, p_envelope) $function$;
+
+GRANT EXECUTE ON FUNCTION worker_api.bmc_op_signed(bigint,jsonb) TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.bmc_op_to_sign(p_op_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.bmc_op_to_sign(p_op_id) $function$;
+
+GRANT EXECUTE ON FUNCTION worker_api.bmc_op_to_sign(bigint) TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.machine_reconcile(p_machine_id uuid)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.machine_reconcile(p_machine_id) $function$;
+
+GRANT EXECUTE ON FUNCTION worker_api.machine_reconcile(uuid) TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.machines_sweep()
+ RETURNS integer
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.machines_sweep() $function$;
+
+GRANT EXECUTE ON FUNCTION worker_api.machines_sweep() TO bc_worker;
+
+COMMENT ON TABLE compute.bmc_ops IS 'BMC operations: at most one live (unsigned, queued or running) per machine; signed by a worker before an agent claims it; results are accepted only with the op''s epoch.';
+
+COMMENT ON TABLE compute.machine_credentials IS 'BMC credentials, versioned, only sealed to the site agent''s key (machine id as associated data); nothing here can open them.';
+
+COMMENT ON TABLE compute.machine_join_tokens IS 'Join tokens bound to one machine: the joining inventory must carry its system_uuid.';
+
+COMMENT ON TABLE compute.machine_states IS 'Provision states; failed ones are quarantined; deadline_limit names the limit that bounds the stay.';
+
+COMMENT ON TABLE compute.machine_transitions IS 'The legal moves of a machine; compute.machine_transition refuses every other.';
+
+COMMENT ON TABLE compute.machines IS 'Bare-metal machines: provision state (legal moves in machine_transitions), step in the state''s plan, op epoch (fencing), deadline, BmcReachable.';
+
+COMMENT ON COLUMN compute.machines.generation IS 'Bumped by every state change; observed_generation: the generation whose plan finished.';
+
+COMMENT ON TABLE compute.site_agents IS 'Site agents: the X25519 public key BMC credentials are sealed to (only the agent holds the private key).';
+
 COMMENT ON VIEW ops.machines IS 'Bare-metal machines: state, quarantine, deadline, failures, BmcReachable, the live BMC operation (never credentials).';
 
+INSERT INTO compute.limits (name, value, unit, description) VALUES
+    ('machine_verify_seconds',        900, 'seconds', 'How long a machine may stay in verifying (BMC reachable) before verify_failed.'),
+    ('machine_deploy_seconds',       1800, 'seconds', 'How long a machine may stay in deploying (BMC reachable) before deploy_failed.'),
+    ('machine_deploy_wait_seconds',  1800, 'seconds', 'How long a deployed machine may take to join (deploy_wait) before deploy_failed.'),
+    ('machine_clean_seconds',        1800, 'seconds', 'How long a machine may stay in cleaning (BMC reachable) before clean_failed.'),
+    ('machine_failures',                5, 'count',   'Failed BMC operations of one machine in one state before it is quarantined.'),
+    ('machines_provisioning_per_agent', 8, 'count',   'Machines one site agent deploys at once (more wait for a slot).'),
+    ('bmc_sessions_per_agent',          4, 'count',   'BMC operations one site agent runs at once.'),
+    ('bmc_op_seconds',                300, 'seconds', 'How long a claimed BMC operation may run before it is taken back and issued again under a new epoch.'),
+    ('bmc_unreachable_retry_seconds',  30, 'seconds', 'How long the reconciler waits before trying a BMC that did not answer again.');
+
+INSERT INTO compute.machine_states (state, failed, deadline_limit, description) VALUES
+    ('enrolled',      false, NULL,                          'Known by its BMC; nothing checked yet.'),
+    ('verifying',     false, 'machine_verify_seconds',      'The site agent checks the BMC answers with these credentials and the system is the one enrolled.'),
+    ('manageable',    false, NULL,                          'Verified; waits for an operator to provide it.'),
+    ('deploying',     false, 'machine_deploy_seconds',      'Power off, old media out, the image in, boot from CD, power on.'),
+    ('deploy_wait',   false, 'machine_deploy_wait_seconds', 'Booted; waits for its bcd to join with the machine''s single-use token.'),
+    ('active',        false, NULL,                          'Its node is in the fleet (bookable; a bare_metal reservation books all of it).'),
+    ('cleaning',      false, 'machine_clean_seconds',       'Released: the old node identity is revoked; power off, media out, boot device reset.'),
+    ('available',     false, NULL,                          'Clean; deployed again at once, to rejoin with a new key.'),
+    ('verify_failed', true,  NULL,                          'Quarantined: verification failed; operator: retry or abort.'),
+    ('deploy_failed', true,  NULL,                          'Quarantined: deployment failed; operator: retry or abort.'),
+    ('clean_failed',  true,  NULL,                          'Quarantined: cleaning failed (never rejoins with its old identity); operator: retry or abort.');
+
+INSERT INTO compute.machine_transitions (from_state, event, to_state, by_operator) VALUES
+    ('enrolled',      'manage',   'verifying',     true),
+    ('verifying',     'verified', 'manageable',    false),
+    ('verifying',     'fail',     'verify_failed', false),
+    ('verifying',     'abort',    'verify_failed', true),
+    ('manageable',    'manage',   'verifying',     true),
+    ('manageable',    'provide',  'deploying',     true),
+    ('deploying',     'deployed', 'deploy_wait',   false),
+    ('deploying',     'fail',     'deploy_failed', false),
+    ('deploying',     'abort',    'deploy_failed', true),
+    ('deploy_wait',   'joined',   'active',        false),
+    ('deploy_wait',   'fail',     'deploy_failed', false),
+    ('deploy_wait',   'abort',    'deploy_failed', true),
+    ('active',        'release',  'cleaning',      true),
+    ('cleaning',      'cleaned',  'available',     false),
+    ('cleaning',      'fail',     'clean_failed',  false),
+    ('cleaning',      'abort',    'clean_failed',  true),
+    ('available',     'provide',  'deploying',     false),
+    ('verify_failed', 'retry',    'verifying',     true),
+    ('verify_failed', 'abort',    'enrolled',      true),
+    ('deploy_failed', 'retry',    'deploying',     true),
+    ('deploy_failed', 'abort',    'manageable',    true),
+    ('clean_failed',  'retry',    'cleaning',      true),
+    ('clean_failed',  'abort',    'manageable',    true);
+
+INSERT INTO compute.work_periodic (kind, every) VALUES ('machines.sweep', interval '5 seconds');
+
+CREATE TRIGGER machines_outbox_insert AFTER INSERT ON compute.machines
+    FOR EACH ROW EXECUTE FUNCTION compute.outbox_machine_changed();
+
+CREATE TRIGGER machines_outbox_update AFTER UPDATE OF state, bmc_reachable ON compute.machines
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.bmc_reachable IS DISTINCT FROM NEW.bmc_reachable)
+    EXECUTE FUNCTION compute.outbox_machine_changed();
+
+CREATE TRIGGER join_tokens_machine AFTER UPDATE OF used_by_node ON compute.join_tokens
+    FOR EACH ROW EXECUTE FUNCTION compute.machine_token_used();
+
 CREATE VIEW ops.machine_transitions AS SELECT t.from_state, t.event, t.to_state, t.by_operator FROM compute.machine_transitions AS t;
+
 COMMENT ON VIEW ops.machine_transitions IS 'The legal moves of a machine.';
 
 CREATE VIEW ops.site_agents AS
     SELECT a.agent_id, a.site_id, a.name, a.key_id, pg_catalog.encode(a.public_key, 'base64') AS public_key, a.created_at, a.last_heard_at
       FROM compute.site_agents AS a;
+
 COMMENT ON VIEW ops.site_agents IS 'Site agents and the public keys BMC credentials are sealed to.';
 
 CREATE VIEW ops.bmc_ops AS
     SELECT o.op_id, o.machine_id, m.name AS machine, o.epoch, o.state_name, o.generation, o.step, o.kind, o.args, o.state, o.created_at,
            o.claimed_at, o.deadline, o.finished_at, o.result, o.error
       FROM compute.bmc_ops AS o JOIN compute.machines AS m ON m.machine_id = o.machine_id;
+
 COMMENT ON VIEW ops.bmc_ops IS 'Every BMC operation and its outcome.';
-
-CREATE FUNCTION ops.machines_list() RETURNS SETOF ops.machines
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT * FROM ops.machines ORDER BY name $$;
-COMMENT ON FUNCTION ops.machines_list() IS 'ops.machines, for the CLI (better-compute machines list).';
-
-CREATE FUNCTION ops.machine_show(p_machine text) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
-    SELECT compute.machine_json(m) || pg_catalog.jsonb_build_object('operations',
-               (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(o) ORDER BY o.op_id DESC), '[]')
-                  FROM (SELECT o.op_id, o.epoch, o.state_name, o.generation, o.step, o.kind, o.state, o.created_at, o.finished_at, o.error
-                          FROM compute.bmc_ops AS o WHERE o.machine_id = m.machine_id ORDER BY o.op_id DESC LIMIT 20) AS o))
-      FROM compute.machine_get(p_machine) AS m
-$$;
-COMMENT ON FUNCTION ops.machine_show(text) IS 'One machine and its last 20 BMC operations (better-compute machines show).';
-
-CREATE FUNCTION ops.site_agent_key(p_agent_id uuid) RETURNS TABLE (agent_id uuid, key_id text, public_key text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
-    SELECT a.agent_id, a.key_id, pg_catalog.encode(a.public_key, 'base64') FROM compute.site_agents AS a WHERE a.agent_id = p_agent_id
-$$;
-COMMENT ON FUNCTION ops.site_agent_key(uuid) IS 'The public key to seal a machine''s BMC credentials to.';
-
--- Workers (worker_api, bc_worker).
-CREATE FUNCTION worker_api.machine_reconcile(p_machine_id uuid) RETURNS text
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machine_reconcile(p_machine_id) $$;
-CREATE FUNCTION worker_api.machines_sweep() RETURNS integer
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machines_sweep() $$;
-CREATE FUNCTION worker_api.bmc_op_to_sign(p_op_id bigint) RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_to_sign(p_op_id) $$;
-CREATE FUNCTION worker_api.bmc_op_signed(p_op_id bigint, p_envelope jsonb) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_signed(p_op_id, p_envelope) $$;
-
--- Site agents (site_api, bc_site_agent).
-CREATE FUNCTION site_api.now() RETURNS timestamptz
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.compute_now() $$;
-CREATE FUNCTION site_api.error_contract()
-RETURNS TABLE (code text, sqlstate text, http_status integer)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
-AS $$ SELECT e.code, e.sqlstate, e.http_status FROM compute.error_codes AS e ORDER BY e.sqlstate $$;
-COMMENT ON FUNCTION site_api.error_contract() IS 'The error contract (code, SQLSTATE, HTTP status) as site agents read it when they start.';
-CREATE FUNCTION site_api.bmc_sessions() RETURNS integer
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.limit('bmc_sessions_per_agent')::integer $$;
-CREATE FUNCTION site_api.ops_claim(p_agent_id uuid, p_limit integer DEFAULT NULL) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_ops_claim(p_agent_id, p_limit) $$;
-CREATE FUNCTION site_api.op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
-RETURNS text
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_result(p_agent_id, p_op_id, p_epoch, p_outcome, p_result, p_error) $$;
 
 COMMIT;

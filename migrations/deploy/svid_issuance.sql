@@ -3,147 +3,11 @@
 -- issues them, the database authorises each issuance (sql/650_svid_issuance.sql). A join token
 -- crosses the gateway only bound to the node's key (node_api.join_request; node_api.join answers
 -- UNSUPPORTED). A quarantined node holds no session and renews no certificate (sql/600).
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
-
-CREATE FUNCTION compute.node_adopt(p_token compute.join_tokens, p_inventory jsonb, p_public_key bytea)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
--- Lock order: the caller consumed the token row; then what node_register locks.
-DECLARE
-    v_node_id uuid;
-BEGIN
-    IF p_public_key IS NULL OR octet_length(p_public_key) NOT BETWEEN 32 AND 1024 THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a joining node must present its public key', 'Send the DER of its key.');
-    END IF;
-    PERFORM compute.inventory_validate(p_inventory);
-    v_node_id := compute.node_register(p_token.pool_id, p_inventory ->> 'hostname', p_inventory);
-    UPDATE compute.join_tokens SET used_by_node = v_node_id WHERE token_id = p_token.token_id;
-    INSERT INTO compute.node_identities (node_id, public_key, token_id, joined_at)
-    VALUES (v_node_id, p_public_key, p_token.token_id, p_token.used_at)
-    ON CONFLICT (node_id) DO UPDATE SET public_key = EXCLUDED.public_key, token_id = EXCLUDED.token_id, joined_at = EXCLUDED.joined_at;
-    RETURN pg_catalog.jsonb_build_object('node_id', v_node_id, 'pool_id', p_token.pool_id,
-        'site_id', (SELECT n.site_id FROM compute.nodes AS n WHERE n.node_id = v_node_id));
-END
-$$;
-COMMENT ON FUNCTION compute.node_adopt(compute.join_tokens, jsonb, bytea) IS 'Adopt a node into the pool of the join token just consumed; keep its public key.';
-
-CREATE FUNCTION compute.join_token_refused()
-RETURNS void
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    -- One answer for unknown, used, revoked, expired and unbound: no oracle for guessers.
-    PERFORM compute.raise_error('ACCESS_DENIED', 'the join token is not valid',
-        'Mint a new one (joinTokens.create): a token works once, until it expires or is revoked.');
-END
-$$;
-COMMENT ON FUNCTION compute.join_token_refused() IS 'ACCESS_DENIED for any join token that does not admit the join.';
-
-CREATE OR REPLACE FUNCTION compute.node_join(p_token text, p_inventory jsonb, p_public_key bytea)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
--- Lock order: the token row (the UPDATE that consumes it), then what node_adopt locks.
-DECLARE
-    v_now     timestamptz := compute.compute_now();
-    v_token   compute.join_tokens;
-BEGIN
-    -- One statement consumes the token: of two concurrent joins, the second finds it used.
-    UPDATE compute.join_tokens SET state = 'used', used_at = v_now
-     WHERE token_sha256 = pg_catalog.sha256(pg_catalog.convert_to(coalesce(p_token, ''), 'UTF8'))
-       AND state = 'active' AND expires_at > v_now
-    RETURNING * INTO v_token;
-    IF NOT FOUND THEN
-        PERFORM compute.join_token_refused();
-    END IF;
-    RETURN compute.node_adopt(v_token, p_inventory, p_public_key);
-END
-$$;
-COMMENT ON FUNCTION compute.node_join(text, jsonb, bytea) IS 'Adopt a node into its join token''s pool (the token is consumed once); keep its public key.';
-
-CREATE FUNCTION compute.node_not_quarantined(p_node_id uuid)
-RETURNS void
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_node_id AND f.flag = 'quarantined') THEN
-        PERFORM compute.raise_error('ACCESS_DENIED', pg_catalog.format('node %s is quarantined', p_node_id),
-            'A quarantined node holds no session and gets no certificate: clear the flag (ops.node_clear(node, ''quarantined'')) or join the machine again with a new token.');
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION compute.node_not_quarantined(uuid) IS 'ACCESS_DENIED when the node is quarantined (no session, no certificate).';
-
-CREATE OR REPLACE FUNCTION compute.session_open(p_node_id uuid, p_gateway text)
-RETURNS bigint
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_now   timestamptz := compute.compute_now();
-    v_epoch bigint;
-BEGIN
-    PERFORM compute.node_get(p_node_id);
-    PERFORM compute.node_not_quarantined(p_node_id);
-    INSERT INTO compute.node_sessions AS s (node_id, epoch, gateway, opened_at, last_heard_at)
-    VALUES (p_node_id, 1, p_gateway, v_now, v_now)
-    ON CONFLICT (node_id) DO UPDATE
-        SET epoch = s.epoch + 1, gateway = EXCLUDED.gateway, opened_at = EXCLUDED.opened_at,
-            last_heard_at = EXCLUDED.last_heard_at, closed_at = NULL
-    RETURNING s.epoch INTO v_epoch;
-    RETURN v_epoch;
-END
-$$;
-COMMENT ON FUNCTION compute.session_open(uuid, text) IS 'Open a session: a new epoch, which fences every older one.';
-
-CREATE OR REPLACE FUNCTION compute.sessions_heard(p_gateway text, p_node_ids uuid[], p_epochs bigint[])
-RETURNS uuid[]
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_fenced uuid[];
-BEGIN
-    IF cardinality(p_node_ids) IS DISTINCT FROM cardinality(p_epochs) THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'one epoch per node', 'Send node ids and epochs in pairs.');
-    END IF;
-    -- One statement for every session of the gateway (P12: heartbeats are batched); sessions in
-    -- node_id order so that two gateways' batches lock rows in the same order.
-    UPDATE compute.node_sessions AS s SET last_heard_at = compute.compute_now()
-      FROM (SELECT b.node_id, b.epoch FROM unnest(p_node_ids, p_epochs) AS b(node_id, epoch) ORDER BY b.node_id) AS b
-     WHERE s.node_id = b.node_id AND s.epoch = b.epoch AND s.closed_at IS NULL;
-    -- A quarantined node keeps no session: it is closed here, within one heartbeat interval, and
-    -- answered as fenced (the gateway closes the connection; session_open refuses the node).
-    UPDATE compute.node_sessions AS s SET closed_at = compute.compute_now()
-     WHERE s.node_id = ANY (p_node_ids) AND s.closed_at IS NULL
-       AND EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = s.node_id AND f.flag = 'quarantined');
-    SELECT coalesce(pg_catalog.array_agg(b.node_id), '{}') INTO v_fenced
-      FROM unnest(p_node_ids, p_epochs) AS b(node_id, epoch)
-     WHERE NOT EXISTS (SELECT 1 FROM compute.node_sessions AS s
-                        WHERE s.node_id = b.node_id AND s.epoch = b.epoch AND s.closed_at IS NULL);
-    RETURN v_fenced;
-END
-$$;
-COMMENT ON FUNCTION compute.sessions_heard(text, uuid[], bigint[]) IS 'Heartbeats of a gateway''s sessions, in one statement; answers the fenced ones (to close).';
-
-CREATE OR REPLACE FUNCTION node_api.join(p_token text, p_inventory jsonb, p_public_key bytea) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.raise_error('UNSUPPORTED',
-        'node_api.join took the join token itself: a token crosses a gateway only bound to the node''s key',
-        'Upgrade the gateway and bcd to this release: they join with node_api.join_request (token_ref and proof).');
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION node_api.join(text, jsonb, bytea) IS 'Removed: UNSUPPORTED (a token crosses the gateway only bound to the node''s key: node_api.join_request).';
-
-
-INSERT INTO compute.limits (name, value, unit, description) VALUES
-    ('svid_request_seconds',                 30, 'seconds', 'How long a certificate request waits for a signer before it is refused.'),
-    ('svid_requests_kept_seconds',        86400, 'seconds', 'How long decided certificate requests are kept (who asked, for which node).'),
-    ('svid_requests_pending_per_gateway',  1000, 'count',   'Certificate requests of one gateway waiting for a signer.');
 
 CREATE TABLE compute.node_cas (
     ca_sha256   bytea CONSTRAINT node_cas_pkey PRIMARY KEY CONSTRAINT node_cas_ca_sha256_check CHECK (octet_length(ca_sha256) = 32),
@@ -153,8 +17,8 @@ CREATE TABLE compute.node_cas (
     retired_at  timestamptz,
     CONSTRAINT node_cas_retired_has_retired_at CHECK ((state = 'retired') = (retired_at IS NOT NULL))
 );
+
 CREATE UNIQUE INDEX node_cas_one_active ON compute.node_cas ((true)) WHERE state = 'active';
-COMMENT ON TABLE compute.node_cas IS 'Node CA certificates (SHA-256 of the DER): the active one issues; active and trusted ones are the trust bundle.';
 
 CREATE TABLE compute.svid_requests (
     request_id    uuid CONSTRAINT svid_requests_pkey PRIMARY KEY,
@@ -180,23 +44,27 @@ CREATE TABLE compute.svid_requests (
     CONSTRAINT svid_requests_refused_has_reason CHECK ((state = 'refused') = (reason IS NOT NULL)),
     CONSTRAINT svid_requests_pending_is_undecided CHECK ((state = 'pending') = (decided_at IS NULL))
 );
+
 CREATE INDEX svid_requests_pending ON compute.svid_requests (gateway, requested_at) WHERE state = 'pending';
+
 CREATE INDEX svid_requests_decided ON compute.svid_requests (decided_at) WHERE state <> 'pending';
+
 CREATE INDEX svid_requests_node ON compute.svid_requests (node_id, requested_at);
-COMMENT ON TABLE compute.svid_requests IS 'Certificate requests relayed by gateways and decided by a signer: who asked, for which node, under which token or session epoch, and the answer.';
 
 CREATE TABLE compute.node_intent_keys (
     public_key   bytea CONSTRAINT node_intent_keys_pkey PRIMARY KEY CONSTRAINT node_intent_keys_public_key_check CHECK (octet_length(public_key) = 32),
     announced_at timestamptz NOT NULL
 );
-COMMENT ON TABLE compute.node_intent_keys IS 'The intent keys (Ed25519, raw) nodes accept, as the workers announce them: the signing one and, during a rollover, the next or the previous one.';
 
 CREATE INDEX join_tokens_ref ON compute.join_tokens (pg_catalog.sha256(token_sha256));
 
-CREATE FUNCTION compute.hmac_sha256(p_key bytea, p_message bytea)
-RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE STRICT
-AS $$
+SET LOCAL check_function_bodies = off;
+
+CREATE OR REPLACE FUNCTION compute.hmac_sha256(p_key bytea, p_message bytea)
+ RETURNS bytea
+ LANGUAGE plpgsql
+ IMMUTABLE STRICT
+AS $function$
 -- RFC 2104 with SHA-256 (PostgreSQL 15 has sha256() but no HMAC without pgcrypto).
 DECLARE
     v_key   bytea := p_key;
@@ -215,46 +83,123 @@ BEGIN
     END LOOP;
     RETURN pg_catalog.sha256(v_outer || pg_catalog.sha256(v_inner || p_message));
 END
-$$;
-COMMENT ON FUNCTION compute.hmac_sha256(bytea, bytea) IS 'HMAC-SHA256 (RFC 2104).';
+$function$;
 
-CREATE FUNCTION compute.svid_request_add(p_kind text, p_gateway text, p_node_id uuid, p_token_id uuid, p_epoch bigint,
-                                         p_csr text, p_public_key bytea, p_proof jsonb, p_names text[])
-RETURNS uuid
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_request_id uuid := pg_catalog.gen_random_uuid();
+COMMENT ON FUNCTION compute.hmac_sha256(bytea,bytea) IS 'HMAC-SHA256 (RFC 2104).';
+
+CREATE OR REPLACE FUNCTION compute.join_token_refused()
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 BEGIN
-    IF p_gateway IS NULL OR length(p_gateway) NOT BETWEEN 1 AND 64 THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a certificate request names the gateway that relays it',
-            'Pass the gateway''s name (1-64 characters).');
-    END IF;
-    IF p_csr IS NULL OR octet_length(p_csr) NOT BETWEEN 1 AND 8192
-       OR p_public_key IS NULL OR octet_length(p_public_key) NOT BETWEEN 32 AND 1024 THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a certificate request carries a CSR (at most 8192 bytes) and its public key (DER)',
-            'Send the PEM CSR and the DER SubjectPublicKeyInfo of its key.');
-    END IF;
-    IF (SELECT count(*) FROM compute.svid_requests AS r WHERE r.gateway = p_gateway AND r.state = 'pending')
-       >= compute.limit('svid_requests_pending_per_gateway') THEN
-        PERFORM compute.raise_error('UNAVAILABLE', pg_catalog.format('gateway %s has svid_requests_pending_per_gateway requests waiting', p_gateway),
-            'No signer is keeping up: start `better-compute serve signer` (or a worker with --ca-key), then retry.');
-    END IF;
-    INSERT INTO compute.svid_requests (request_id, kind, gateway, node_id, token_id, session_epoch, csr, public_key, proof,
-                                       names, requested_at)
-    VALUES (v_request_id, p_kind, p_gateway, p_node_id, p_token_id, p_epoch, p_csr, p_public_key, p_proof,
-            coalesce(p_names, '{}'), compute.compute_now());
-    PERFORM pg_catalog.pg_notify('bc_svid_request', v_request_id::text);
-    RETURN v_request_id;
+    -- One answer for unknown, used, revoked, expired and unbound: no oracle for guessers.
+    PERFORM compute.raise_error('ACCESS_DENIED', 'the join token is not valid',
+        'Mint a new one (joinTokens.create): a token works once, until it expires or is revoked.');
 END
-$$;
-COMMENT ON FUNCTION compute.svid_request_add(text, text, uuid, uuid, bigint, text, bytea, jsonb, text[]) IS 'Record a certificate request for a signer (NOTIFY bc_svid_request).';
+$function$;
 
-CREATE FUNCTION compute.node_join_bound(p_token_ref bytea, p_proof bytea, p_inventory jsonb, p_public_key bytea,
-                                        p_csr text, p_gateway text)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
+COMMENT ON FUNCTION compute.join_token_refused() IS 'ACCESS_DENIED for any join token that does not admit the join.';
+
+CREATE OR REPLACE FUNCTION compute.node_adopt(p_token compute.join_tokens, p_inventory jsonb, p_public_key bytea)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: the caller consumed the token row; then what node_register locks.
+DECLARE
+    v_node_id uuid;
+BEGIN
+    IF p_public_key IS NULL OR octet_length(p_public_key) NOT BETWEEN 32 AND 1024 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a joining node must present its public key', 'Send the DER of its key.');
+    END IF;
+    PERFORM compute.inventory_validate(p_inventory);
+    v_node_id := compute.node_register(p_token.pool_id, p_inventory ->> 'hostname', p_inventory);
+    UPDATE compute.join_tokens SET used_by_node = v_node_id WHERE token_id = p_token.token_id;
+    INSERT INTO compute.node_identities (node_id, public_key, token_id, joined_at)
+    VALUES (v_node_id, p_public_key, p_token.token_id, p_token.used_at)
+    ON CONFLICT (node_id) DO UPDATE SET public_key = EXCLUDED.public_key, token_id = EXCLUDED.token_id, joined_at = EXCLUDED.joined_at;
+    RETURN pg_catalog.jsonb_build_object('node_id', v_node_id, 'pool_id', p_token.pool_id,
+        'site_id', (SELECT n.site_id FROM compute.nodes AS n WHERE n.node_id = v_node_id));
+END
+$function$;
+
+COMMENT ON FUNCTION compute.node_adopt(compute.join_tokens,jsonb,bytea) IS 'Adopt a node into the pool of the join token just consumed; keep its public key.';
+
+CREATE OR REPLACE FUNCTION compute.node_ca_publish(p_certificate text, p_ca_sha256 bytea)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: node_cas (whole table: one publisher at a time decides which CA is active).
+DECLARE
+    v_state text;
+BEGIN
+    LOCK TABLE compute.node_cas IN SHARE ROW EXCLUSIVE MODE;
+    SELECT c.state INTO v_state FROM compute.node_cas AS c WHERE c.ca_sha256 = p_ca_sha256;
+    IF FOUND THEN
+        RETURN v_state;
+    END IF;
+    -- The first CA becomes the active one; a later one is trusted (in the bundle) until an
+    -- operator activates it (ops.node_ca_activate): nodes must trust it before it issues.
+    v_state := CASE WHEN EXISTS (SELECT 1 FROM compute.node_cas AS c WHERE c.state = 'active') THEN 'trusted' ELSE 'active' END;
+    INSERT INTO compute.node_cas (ca_sha256, certificate, state, added_at)
+    VALUES (p_ca_sha256, p_certificate, v_state, compute.compute_now());
+    RETURN v_state;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.node_ca_publish(text,bytea) IS 'A signer publishes its CA certificate: active when none is, else trusted (in the bundle).';
+
+CREATE OR REPLACE FUNCTION compute.node_intent_keys_announce(p_keys bytea[])
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: node_intent_keys (whole table), then what node_trust_changed locks.
+BEGIN
+    IF cardinality(p_keys) IS NULL OR cardinality(p_keys) NOT BETWEEN 1 AND 4
+       OR EXISTS (SELECT 1 FROM unnest(p_keys) AS k(key) WHERE octet_length(k.key) IS DISTINCT FROM 32) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'announce 1 to 4 intent keys, 32 bytes each (raw Ed25519)',
+            'Pass the signing key first, then the next or the previous one.');
+    END IF;
+    LOCK TABLE compute.node_intent_keys IN SHARE ROW EXCLUSIVE MODE;
+    IF (SELECT coalesce(pg_catalog.array_agg(k.public_key ORDER BY k.public_key), '{}') FROM compute.node_intent_keys AS k)
+       = (SELECT pg_catalog.array_agg(DISTINCT k.key ORDER BY k.key) FROM unnest(p_keys) AS k(key)) THEN
+        RETURN false;  -- unchanged: no new spec generation for anyone
+    END IF;
+    DELETE FROM compute.node_intent_keys WHERE public_key <> ALL (p_keys);
+    INSERT INTO compute.node_intent_keys (public_key, announced_at)
+    SELECT DISTINCT k.key, compute.compute_now() FROM unnest(p_keys) AS k(key)
+    ON CONFLICT (public_key) DO NOTHING;
+    RETURN true;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.node_intent_keys_announce(bytea[]) IS 'A worker announces the intent keys nodes accept; a change is a new spec generation for every node.';
+
+CREATE OR REPLACE FUNCTION compute.node_join(p_token text, p_inventory jsonb, p_public_key bytea)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: the token row (the UPDATE that consumes it), then what node_adopt locks.
+DECLARE
+    v_now     timestamptz := compute.compute_now();
+    v_token   compute.join_tokens;
+BEGIN
+    -- One statement consumes the token: of two concurrent joins, the second finds it used.
+    UPDATE compute.join_tokens SET state = 'used', used_at = v_now
+     WHERE token_sha256 = pg_catalog.sha256(pg_catalog.convert_to(coalesce(p_token, ''), 'UTF8'))
+       AND state = 'active' AND expires_at > v_now
+    RETURNING * INTO v_token;
+    IF NOT FOUND THEN
+        PERFORM compute.join_token_refused();
+    END IF;
+    RETURN compute.node_adopt(v_token, p_inventory, p_public_key);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION compute.node_join_bound(p_token_ref bytea, p_proof bytea, p_inventory jsonb, p_public_key bytea, p_csr text, p_gateway text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the token row (the UPDATE that consumes it), then what node_adopt locks.
 DECLARE
     v_now    timestamptz := compute.compute_now();
@@ -288,78 +233,128 @@ BEGIN
         compute.svid_request_add('join', p_gateway, (v_joined ->> 'node_id')::uuid, v_token.token_id, NULL, p_csr,
                                  p_public_key, NULL, NULL));
 END
-$$;
-COMMENT ON FUNCTION compute.node_join_bound(bytea, bytea, jsonb, bytea, text, text) IS 'Join with a token proven bound to the node''s key; records the SVID request.';
+$function$;
 
-CREATE FUNCTION compute.svid_renew_request(p_node_id uuid, p_epoch bigint, p_gateway text, p_csr text,
-                                           p_public_key bytea, p_proof jsonb)
-RETURNS uuid
-LANGUAGE plpgsql
-AS $$
+COMMENT ON FUNCTION compute.node_join_bound(bytea,bytea,jsonb,bytea,text,text) IS 'Join with a token proven bound to the node''s key; records the SVID request.';
+
+CREATE OR REPLACE FUNCTION compute.node_not_quarantined(p_node_id uuid)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 BEGIN
-    PERFORM compute.session_require(p_node_id, p_epoch);
-    PERFORM compute.node_not_quarantined(p_node_id);
-    IF pg_catalog.jsonb_typeof(p_proof) IS DISTINCT FROM 'object' THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a renewal carries the node''s node.renew envelope',
-            'Upgrade bcd: it signs its renewal with its key.');
+    IF EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_node_id AND f.flag = 'quarantined') THEN
+        PERFORM compute.raise_error('ACCESS_DENIED', pg_catalog.format('node %s is quarantined', p_node_id),
+            'A quarantined node holds no session and gets no certificate: clear the flag (ops.node_clear(node, ''quarantined'')) or join the machine again with a new token.');
     END IF;
-    RETURN compute.svid_request_add('renew', p_gateway, p_node_id, NULL, p_epoch, p_csr, p_public_key, p_proof, NULL);
 END
-$$;
-COMMENT ON FUNCTION compute.svid_renew_request(uuid, bigint, text, text, bytea, jsonb) IS 'A renewal under the node''s current session (FENCED otherwise; ACCESS_DENIED when quarantined).';
+$function$;
 
-CREATE FUNCTION compute.svid_request_state(p_request_id uuid)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT pg_catalog.jsonb_build_object('state', r.state, 'certificate', r.certificate, 'reason', r.reason)
-      FROM compute.svid_requests AS r WHERE r.request_id = p_request_id;
-$$;
-COMMENT ON FUNCTION compute.svid_request_state(uuid) IS 'A request''s state, its certificate once issued, the reason once refused.';
+COMMENT ON FUNCTION compute.node_not_quarantined(uuid) IS 'ACCESS_DENIED when the node is quarantined (no session, no certificate).';
 
-CREATE FUNCTION compute.trust_bundle()
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT coalesce(pg_catalog.jsonb_agg(c.certificate ORDER BY c.state = 'active' DESC, c.added_at DESC), '[]')
-      FROM compute.node_cas AS c WHERE c.state IN ('active', 'trusted');
-$$;
-COMMENT ON FUNCTION compute.trust_bundle() IS 'The node CA certificates to trust now (PEM), the issuing one first.';
-
-CREATE FUNCTION compute.svid_requests_due(p_limit integer)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_now timestamptz := compute.compute_now();
+CREATE OR REPLACE FUNCTION compute.node_trust_changed()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: every node's spec row, in node_id order (as node_specs.tick).
 BEGIN
-    -- A request no signer answered in time is refused (its gateway stopped waiting); decided ones
-    -- are kept for svid_requests_kept_seconds.
-    UPDATE compute.svid_requests SET state = 'refused', decided_at = v_now,
-           reason = 'no signer answered within svid_request_seconds'
-     WHERE state = 'pending' AND requested_at < v_now - pg_catalog.make_interval(secs => compute.limit('svid_request_seconds'));
-    DELETE FROM compute.svid_requests
-     WHERE state <> 'pending' AND decided_at < v_now - pg_catalog.make_interval(secs => compute.limit('svid_requests_kept_seconds'));
-    RETURN (SELECT coalesce(pg_catalog.jsonb_agg(d.request ORDER BY d.requested_at), '[]')
-      FROM (SELECT r.requested_at,
-                   pg_catalog.jsonb_build_object('request_id', r.request_id, 'kind', r.kind, 'gateway', r.gateway,
-                       'node_id', r.node_id, 'session_epoch', r.session_epoch, 'csr', r.csr,
-                       'public_key', pg_catalog.encode(r.public_key, 'base64'), 'proof', r.proof,
-                       'names', pg_catalog.to_jsonb(r.names),
-                       'registered_key', pg_catalog.encode(i.public_key, 'base64')) AS request
-              FROM compute.svid_requests AS r
-              LEFT JOIN compute.node_identities AS i ON i.node_id = r.node_id
-             WHERE r.state = 'pending'
-             ORDER BY r.requested_at
-             LIMIT greatest(coalesce(p_limit, 1), 1)) AS d);
+    -- The trust bundle and the intent keys travel in every node's signed spec: a change of either
+    -- is a new generation for every node, signed anew and pushed to those connected.
+    PERFORM 1 FROM (SELECT s.node_id FROM compute.node_specs AS s ORDER BY s.node_id FOR UPDATE) AS locked;
+    UPDATE compute.node_specs SET generation = generation + 1, changed_at = compute.compute_now();
+    PERFORM compute.work_poke('node.spec.sign', s.node_id::text) FROM compute.node_specs AS s;
+    RETURN NULL;
 END
-$$;
-COMMENT ON FUNCTION compute.svid_requests_due(integer) IS 'Pending certificate requests, oldest first, with the key the node registered; refuses the stale, prunes the old.';
+$function$;
 
-CREATE FUNCTION compute.svid_refusal(p_request compute.svid_requests, p_verified_key bytea, p_ca_sha256 bytea)
-RETURNS text
-LANGUAGE plpgsql STABLE
-AS $$
+COMMENT ON FUNCTION compute.node_trust_changed() IS 'A node CA or an intent key was added, activated or retired: every node gets a new spec generation (it carries both).';
+
+CREATE OR REPLACE FUNCTION compute.session_open(p_node_id uuid, p_gateway text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_now   timestamptz := compute.compute_now();
+    v_epoch bigint;
+BEGIN
+    PERFORM compute.node_get(p_node_id);
+    PERFORM compute.node_not_quarantined(p_node_id);
+    INSERT INTO compute.node_sessions AS s (node_id, epoch, gateway, opened_at, last_heard_at)
+    VALUES (p_node_id, 1, p_gateway, v_now, v_now)
+    ON CONFLICT (node_id) DO UPDATE
+        SET epoch = s.epoch + 1, gateway = EXCLUDED.gateway, opened_at = EXCLUDED.opened_at,
+            last_heard_at = EXCLUDED.last_heard_at, closed_at = NULL
+    RETURNING s.epoch INTO v_epoch;
+    RETURN v_epoch;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION compute.sessions_heard(p_gateway text, p_node_ids uuid[], p_epochs bigint[])
+ RETURNS uuid[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_fenced uuid[];
+BEGIN
+    IF cardinality(p_node_ids) IS DISTINCT FROM cardinality(p_epochs) THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'one epoch per node', 'Send node ids and epochs in pairs.');
+    END IF;
+    -- One statement for every session of the gateway (P12: heartbeats are batched); sessions in
+    -- node_id order so that two gateways' batches lock rows in the same order.
+    UPDATE compute.node_sessions AS s SET last_heard_at = compute.compute_now()
+      FROM (SELECT b.node_id, b.epoch FROM unnest(p_node_ids, p_epochs) AS b(node_id, epoch) ORDER BY b.node_id) AS b
+     WHERE s.node_id = b.node_id AND s.epoch = b.epoch AND s.closed_at IS NULL;
+    -- A quarantined node keeps no session: it is closed here, within one heartbeat interval, and
+    -- answered as fenced (the gateway closes the connection; session_open refuses the node).
+    UPDATE compute.node_sessions AS s SET closed_at = compute.compute_now()
+     WHERE s.node_id = ANY (p_node_ids) AND s.closed_at IS NULL
+       AND EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = s.node_id AND f.flag = 'quarantined');
+    SELECT coalesce(pg_catalog.array_agg(b.node_id), '{}') INTO v_fenced
+      FROM unnest(p_node_ids, p_epochs) AS b(node_id, epoch)
+     WHERE NOT EXISTS (SELECT 1 FROM compute.node_sessions AS s
+                        WHERE s.node_id = b.node_id AND s.epoch = b.epoch AND s.closed_at IS NULL);
+    RETURN v_fenced;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION compute.svid_decide(p_request_id uuid, p_verified_key bytea, p_certificate text, p_ca_sha256 bytea, p_reason text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: the request row.
+DECLARE
+    v_request compute.svid_requests;
+    v_reason  text := p_reason;
+BEGIN
+    SELECT * INTO v_request FROM compute.svid_requests AS r WHERE r.request_id = p_request_id FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no certificate request %s', p_request_id),
+            'It was decided and pruned, or never made.');
+    END IF;
+    IF v_request.state <> 'pending' THEN
+        RETURN v_request.state;  -- decided already (another signer, or it expired)
+    END IF;
+    IF v_reason IS NULL THEN
+        v_reason := compute.svid_refusal(v_request, p_verified_key, p_ca_sha256);
+    END IF;
+    UPDATE compute.svid_requests
+       SET state = CASE WHEN v_reason IS NULL THEN 'issued' ELSE 'refused' END,
+           certificate = CASE WHEN v_reason IS NULL THEN p_certificate END,
+           ca_sha256 = CASE WHEN v_reason IS NULL THEN p_ca_sha256 END,
+           reason = pg_catalog.left(v_reason, 1000), decided_at = compute.compute_now()
+     WHERE request_id = p_request_id;
+    PERFORM pg_catalog.pg_notify('bc_svid', p_request_id::text);
+    RETURN CASE WHEN v_reason IS NULL THEN 'issued' ELSE 'refused' END;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.svid_decide(uuid,bytea,text,bytea,text) IS 'Record a signer''s certificate, when the database authorises it now, or a refusal (NOTIFY bc_svid).';
+
+CREATE OR REPLACE FUNCTION compute.svid_refusal(p_request compute.svid_requests, p_verified_key bytea, p_ca_sha256 bytea)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 -- Why the database does not authorise this issuance now (NULL: it does). Everything the request
 -- rests on is checked again at the moment of issue.
 DECLARE
@@ -401,189 +396,195 @@ BEGIN
     END IF;
     RETURN NULL;
 END
-$$;
-COMMENT ON FUNCTION compute.svid_refusal(compute.svid_requests, bytea, bytea) IS 'Why an issuance is not authorised now, or NULL.';
+$function$;
 
-CREATE FUNCTION compute.svid_decide(p_request_id uuid, p_verified_key bytea, p_certificate text, p_ca_sha256 bytea,
-                                    p_reason text)
-RETURNS text
-LANGUAGE plpgsql
-AS $$
--- Lock order: the request row.
-DECLARE
-    v_request compute.svid_requests;
-    v_reason  text := p_reason;
+COMMENT ON FUNCTION compute.svid_refusal(compute.svid_requests,bytea,bytea) IS 'Why an issuance is not authorised now, or NULL.';
+
+CREATE OR REPLACE FUNCTION compute.svid_renew_request(p_node_id uuid, p_epoch bigint, p_gateway text, p_csr text, p_public_key bytea, p_proof jsonb)
+ RETURNS uuid
+ LANGUAGE plpgsql
+AS $function$
 BEGIN
-    SELECT * INTO v_request FROM compute.svid_requests AS r WHERE r.request_id = p_request_id FOR UPDATE;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no certificate request %s', p_request_id),
-            'It was decided and pruned, or never made.');
+    PERFORM compute.session_require(p_node_id, p_epoch);
+    PERFORM compute.node_not_quarantined(p_node_id);
+    IF pg_catalog.jsonb_typeof(p_proof) IS DISTINCT FROM 'object' THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a renewal carries the node''s node.renew envelope',
+            'Upgrade bcd: it signs its renewal with its key.');
     END IF;
-    IF v_request.state <> 'pending' THEN
-        RETURN v_request.state;  -- decided already (another signer, or it expired)
-    END IF;
-    IF v_reason IS NULL THEN
-        v_reason := compute.svid_refusal(v_request, p_verified_key, p_ca_sha256);
-    END IF;
-    UPDATE compute.svid_requests
-       SET state = CASE WHEN v_reason IS NULL THEN 'issued' ELSE 'refused' END,
-           certificate = CASE WHEN v_reason IS NULL THEN p_certificate END,
-           ca_sha256 = CASE WHEN v_reason IS NULL THEN p_ca_sha256 END,
-           reason = pg_catalog.left(v_reason, 1000), decided_at = compute.compute_now()
-     WHERE request_id = p_request_id;
-    PERFORM pg_catalog.pg_notify('bc_svid', p_request_id::text);
-    RETURN CASE WHEN v_reason IS NULL THEN 'issued' ELSE 'refused' END;
+    RETURN compute.svid_request_add('renew', p_gateway, p_node_id, NULL, p_epoch, p_csr, p_public_key, p_proof, NULL);
 END
-$$;
-COMMENT ON FUNCTION compute.svid_decide(uuid, bytea, text, bytea, text) IS 'Record a signer''s certificate, when the database authorises it now, or a refusal (NOTIFY bc_svid).';
+$function$;
 
-CREATE FUNCTION compute.node_ca_publish(p_certificate text, p_ca_sha256 bytea)
-RETURNS text
-LANGUAGE plpgsql
-AS $$
--- Lock order: node_cas (whole table: one publisher at a time decides which CA is active).
+COMMENT ON FUNCTION compute.svid_renew_request(uuid,bigint,text,text,bytea,jsonb) IS 'A renewal under the node''s current session (FENCED otherwise; ACCESS_DENIED when quarantined).';
+
+CREATE OR REPLACE FUNCTION compute.svid_request_add(p_kind text, p_gateway text, p_node_id uuid, p_token_id uuid, p_epoch bigint, p_csr text, p_public_key bytea, p_proof jsonb, p_names text[])
+ RETURNS uuid
+ LANGUAGE plpgsql
+AS $function$
 DECLARE
-    v_state text;
+    v_request_id uuid := pg_catalog.gen_random_uuid();
 BEGIN
-    LOCK TABLE compute.node_cas IN SHARE ROW EXCLUSIVE MODE;
-    SELECT c.state INTO v_state FROM compute.node_cas AS c WHERE c.ca_sha256 = p_ca_sha256;
-    IF FOUND THEN
-        RETURN v_state;
+    IF p_gateway IS NULL OR length(p_gateway) NOT BETWEEN 1 AND 64 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a certificate request names the gateway that relays it',
+            'Pass the gateway''s name (1-64 characters).');
     END IF;
-    -- The first CA becomes the active one; a later one is trusted (in the bundle) until an
-    -- operator activates it (ops.node_ca_activate): nodes must trust it before it issues.
-    v_state := CASE WHEN EXISTS (SELECT 1 FROM compute.node_cas AS c WHERE c.state = 'active') THEN 'trusted' ELSE 'active' END;
-    INSERT INTO compute.node_cas (ca_sha256, certificate, state, added_at)
-    VALUES (p_ca_sha256, p_certificate, v_state, compute.compute_now());
-    RETURN v_state;
+    IF p_csr IS NULL OR octet_length(p_csr) NOT BETWEEN 1 AND 8192
+       OR p_public_key IS NULL OR octet_length(p_public_key) NOT BETWEEN 32 AND 1024 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a certificate request carries a CSR (at most 8192 bytes) and its public key (DER)',
+            'Send the PEM CSR and the DER SubjectPublicKeyInfo of its key.');
+    END IF;
+    IF (SELECT count(*) FROM compute.svid_requests AS r WHERE r.gateway = p_gateway AND r.state = 'pending')
+       >= compute.limit('svid_requests_pending_per_gateway') THEN
+        PERFORM compute.raise_error('UNAVAILABLE', pg_catalog.format('gateway %s has svid_requests_pending_per_gateway requests waiting', p_gateway),
+            'No signer is keeping up: start `better-compute serve signer` (or a worker with --ca-key), then retry.');
+    END IF;
+    INSERT INTO compute.svid_requests (request_id, kind, gateway, node_id, token_id, session_epoch, csr, public_key, proof,
+                                       names, requested_at)
+    VALUES (v_request_id, p_kind, p_gateway, p_node_id, p_token_id, p_epoch, p_csr, p_public_key, p_proof,
+            coalesce(p_names, '{}'), compute.compute_now());
+    PERFORM pg_catalog.pg_notify('bc_svid_request', v_request_id::text);
+    RETURN v_request_id;
 END
-$$;
-COMMENT ON FUNCTION compute.node_ca_publish(text, bytea) IS 'A signer publishes its CA certificate: active when none is, else trusted (in the bundle).';
+$function$;
 
-CREATE FUNCTION compute.node_trust_changed()
-RETURNS trigger
-LANGUAGE plpgsql
-AS $$
--- Lock order: every node's spec row, in node_id order (as node_specs.tick).
+COMMENT ON FUNCTION compute.svid_request_add(text,text,uuid,uuid,bigint,text,bytea,jsonb,text[]) IS 'Record a certificate request for a signer (NOTIFY bc_svid_request).';
+
+CREATE OR REPLACE FUNCTION compute.svid_request_state(p_request_id uuid)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT pg_catalog.jsonb_build_object('state', r.state, 'certificate', r.certificate, 'reason', r.reason)
+      FROM compute.svid_requests AS r WHERE r.request_id = p_request_id;
+$function$;
+
+COMMENT ON FUNCTION compute.svid_request_state(uuid) IS 'A request''s state, its certificate once issued, the reason once refused.';
+
+CREATE OR REPLACE FUNCTION compute.svid_requests_due(p_limit integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_now timestamptz := compute.compute_now();
 BEGIN
-    -- The trust bundle and the intent keys travel in every node's signed spec: a change of either
-    -- is a new generation for every node, signed anew and pushed to those connected.
-    PERFORM 1 FROM (SELECT s.node_id FROM compute.node_specs AS s ORDER BY s.node_id FOR UPDATE) AS locked;
-    UPDATE compute.node_specs SET generation = generation + 1, changed_at = compute.compute_now();
-    PERFORM compute.work_poke('node.spec.sign', s.node_id::text) FROM compute.node_specs AS s;
+    -- A request no signer answered in time is refused (its gateway stopped waiting); decided ones
+    -- are kept for svid_requests_kept_seconds.
+    UPDATE compute.svid_requests SET state = 'refused', decided_at = v_now,
+           reason = 'no signer answered within svid_request_seconds'
+     WHERE state = 'pending' AND requested_at < v_now - pg_catalog.make_interval(secs => compute.limit('svid_request_seconds'));
+    DELETE FROM compute.svid_requests
+     WHERE state <> 'pending' AND decided_at < v_now - pg_catalog.make_interval(secs => compute.limit('svid_requests_kept_seconds'));
+    RETURN (SELECT coalesce(pg_catalog.jsonb_agg(d.request ORDER BY d.requested_at), '[]')
+      FROM (SELECT r.requested_at,
+                   pg_catalog.jsonb_build_object('request_id', r.request_id, 'kind', r.kind, 'gateway', r.gateway,
+                       'node_id', r.node_id, 'session_epoch', r.session_epoch, 'csr', r.csr,
+                       'public_key', pg_catalog.encode(r.public_key, 'base64'), 'proof', r.proof,
+                       'names', pg_catalog.to_jsonb(r.names),
+                       'registered_key', pg_catalog.encode(i.public_key, 'base64')) AS request
+              FROM compute.svid_requests AS r
+              LEFT JOIN compute.node_identities AS i ON i.node_id = r.node_id
+             WHERE r.state = 'pending'
+             ORDER BY r.requested_at
+             LIMIT greatest(coalesce(p_limit, 1), 1)) AS d);
+END
+$function$;
+
+COMMENT ON FUNCTION compute.svid_requests_due(integer) IS 'Pending certificate requests, oldest first, with the key the node registered; refuses the stale, prunes the old.';
+
+CREATE OR REPLACE FUNCTION compute.trust_bundle()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT coalesce(pg_catalog.jsonb_agg(c.certificate ORDER BY c.state = 'active' DESC, c.added_at DESC), '[]')
+      FROM compute.node_cas AS c WHERE c.state IN ('active', 'trusted');
+$function$;
+
+COMMENT ON FUNCTION compute.trust_bundle() IS 'The node CA certificates to trust now (PEM), the issuing one first.';
+
+CREATE OR REPLACE FUNCTION node_api."join"(p_token text, p_inventory jsonb, p_public_key bytea)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+BEGIN
+    PERFORM compute.raise_error('UNSUPPORTED',
+        'node_api.join took the join token itself: a token crosses a gateway only bound to the node''s key',
+        'Upgrade the gateway and bcd to this release: they join with node_api.join_request (token_ref and proof).');
     RETURN NULL;
 END
-$$;
-COMMENT ON FUNCTION compute.node_trust_changed() IS 'A node CA or an intent key was added, activated or retired: every node gets a new spec generation (it carries both).';
-CREATE TRIGGER node_cas_changed AFTER INSERT OR UPDATE ON compute.node_cas
-    FOR EACH STATEMENT EXECUTE FUNCTION compute.node_trust_changed();
-CREATE TRIGGER node_intent_keys_changed AFTER INSERT OR DELETE ON compute.node_intent_keys
-    FOR EACH STATEMENT EXECUTE FUNCTION compute.node_trust_changed();
+$function$;
 
-CREATE FUNCTION compute.node_intent_keys_announce(p_keys bytea[])
-RETURNS boolean
-LANGUAGE plpgsql
-AS $$
--- Lock order: node_intent_keys (whole table), then what node_trust_changed locks.
-BEGIN
-    IF cardinality(p_keys) IS NULL OR cardinality(p_keys) NOT BETWEEN 1 AND 4
-       OR EXISTS (SELECT 1 FROM unnest(p_keys) AS k(key) WHERE octet_length(k.key) IS DISTINCT FROM 32) THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'announce 1 to 4 intent keys, 32 bytes each (raw Ed25519)',
-            'Pass the signing key first, then the next or the previous one.');
-    END IF;
-    LOCK TABLE compute.node_intent_keys IN SHARE ROW EXCLUSIVE MODE;
-    IF (SELECT coalesce(pg_catalog.array_agg(k.public_key ORDER BY k.public_key), '{}') FROM compute.node_intent_keys AS k)
-       = (SELECT pg_catalog.array_agg(DISTINCT k.key ORDER BY k.key) FROM unnest(p_keys) AS k(key)) THEN
-        RETURN false;  -- unchanged: no new spec generation for anyone
-    END IF;
-    DELETE FROM compute.node_intent_keys WHERE public_key <> ALL (p_keys);
-    INSERT INTO compute.node_intent_keys (public_key, announced_at)
-    SELECT DISTINCT k.key, compute.compute_now() FROM unnest(p_keys) AS k(key)
-    ON CONFLICT (public_key) DO NOTHING;
-    RETURN true;
-END
-$$;
-COMMENT ON FUNCTION compute.node_intent_keys_announce(bytea[]) IS 'A worker announces the intent keys nodes accept; a change is a new spec generation for every node.';
+COMMENT ON FUNCTION node_api."join"(text,jsonb,bytea) IS 'Removed: UNSUPPORTED (a token crosses the gateway only bound to the node''s key: node_api.join_request).';
 
--- -- node_api (bc_gateway) ----------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION node_api.certificate_get(p_request_id uuid)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.svid_request_state(p_request_id) $function$;
 
-CREATE FUNCTION node_api.join_request(p_token_ref bytea, p_proof bytea, p_inventory jsonb, p_public_key bytea, p_csr text,
-                                      p_gateway text) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
-    SELECT compute.node_join_bound(p_token_ref, p_proof, p_inventory, p_public_key, p_csr, p_gateway)
-$$;
-COMMENT ON FUNCTION node_api.join_request(bytea, bytea, jsonb, bytea, text, text) IS 'A node joins with its token bound to its key; answers its node id and the SVID request to wait for.';
-
-CREATE FUNCTION node_api.renew_request(p_node_id uuid, p_epoch bigint, p_gateway text, p_csr text, p_public_key bytea,
-                                       p_proof jsonb) RETURNS uuid
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
-    SELECT compute.svid_renew_request(p_node_id, p_epoch, p_gateway, p_csr, p_public_key, p_proof)
-$$;
-COMMENT ON FUNCTION node_api.renew_request(uuid, bigint, text, text, bytea, jsonb) IS 'A node renews its SVID under its current session; answers the request to wait for.';
-
-CREATE FUNCTION node_api.gateway_certificate_request(p_gateway text, p_csr text, p_public_key bytea, p_names text[])
-RETURNS uuid
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
-    SELECT compute.svid_request_add('gateway', p_gateway, NULL, NULL, NULL, p_csr, p_public_key, NULL, p_names)
-$$;
-COMMENT ON FUNCTION node_api.gateway_certificate_request(text, text, bytea, text[]) IS 'A gateway asks for its own server certificate; answers the request to wait for.';
-
-CREATE FUNCTION node_api.certificate_get(p_request_id uuid) RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.svid_request_state(p_request_id) $$;
 COMMENT ON FUNCTION node_api.certificate_get(uuid) IS 'A certificate request''s state: pending, issued (with the certificate) or refused (with the reason).';
 
-CREATE FUNCTION node_api.trust_bundle() RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.trust_bundle() $$;
+GRANT EXECUTE ON FUNCTION node_api.certificate_get(uuid) TO bc_gateway;
+
+CREATE OR REPLACE FUNCTION node_api.gateway_certificate_request(p_gateway text, p_csr text, p_public_key bytea, p_names text[])
+ RETURNS uuid
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT compute.svid_request_add('gateway', p_gateway, NULL, NULL, NULL, p_csr, p_public_key, NULL, p_names)
+$function$;
+
+COMMENT ON FUNCTION node_api.gateway_certificate_request(text,text,bytea,text[]) IS 'A gateway asks for its own server certificate; answers the request to wait for.';
+
+GRANT EXECUTE ON FUNCTION node_api.gateway_certificate_request(text,text,bytea,text[]) TO bc_gateway;
+
+CREATE OR REPLACE FUNCTION node_api.join_request(p_token_ref bytea, p_proof bytea, p_inventory jsonb, p_public_key bytea, p_csr text, p_gateway text)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT compute.node_join_bound(p_token_ref, p_proof, p_inventory, p_public_key, p_csr, p_gateway)
+$function$;
+
+COMMENT ON FUNCTION node_api.join_request(bytea,bytea,jsonb,bytea,text,text) IS 'A node joins with its token bound to its key; answers its node id and the SVID request to wait for.';
+
+GRANT EXECUTE ON FUNCTION node_api.join_request(bytea,bytea,jsonb,bytea,text,text) TO bc_gateway;
+
+CREATE OR REPLACE FUNCTION node_api.renew_request(p_node_id uuid, p_epoch bigint, p_gateway text, p_csr text, p_public_key bytea, p_proof jsonb)
+ RETURNS uuid
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT compute.svid_renew_request(p_node_id, p_epoch, p_gateway, p_csr, p_public_key, p_proof)
+$function$;
+
+COMMENT ON FUNCTION node_api.renew_request(uuid,bigint,text,text,bytea,jsonb) IS 'A node renews its SVID under its current session; answers the request to wait for.';
+
+GRANT EXECUTE ON FUNCTION node_api.renew_request(uuid,bigint,text,text,bytea,jsonb) TO bc_gateway;
+
+CREATE OR REPLACE FUNCTION node_api.trust_bundle()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.trust_bundle() $function$;
+
 COMMENT ON FUNCTION node_api.trust_bundle() IS 'The node CA certificates to trust (PEM), the issuing one first.';
 
--- -- worker_api (bc_worker: the signer) ----------------------------------------------------------------
+GRANT EXECUTE ON FUNCTION node_api.trust_bundle() TO bc_gateway;
 
-CREATE FUNCTION worker_api.svid_requests_due(p_limit integer) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.svid_requests_due(p_limit) $$;
-COMMENT ON FUNCTION worker_api.svid_requests_due(integer) IS 'Pending certificate requests for a signer.';
-
-CREATE FUNCTION worker_api.svid_issued(p_request_id uuid, p_verified_key bytea, p_certificate text, p_ca_sha256 bytea)
-RETURNS text
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
-    SELECT compute.svid_decide(p_request_id, p_verified_key, p_certificate, p_ca_sha256, NULL)
-$$;
-COMMENT ON FUNCTION worker_api.svid_issued(uuid, bytea, text, bytea) IS 'Hand back a certificate: issued when the database authorises it now, else refused (answers which).';
-
-CREATE FUNCTION worker_api.svid_refused(p_request_id uuid, p_reason text) RETURNS text
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
-    SELECT compute.svid_decide(p_request_id, NULL, NULL, NULL, coalesce(p_reason, 'refused by the signer'))
-$$;
-COMMENT ON FUNCTION worker_api.svid_refused(uuid, text) IS 'The signer refuses a request (a signature that does not verify, a bad CSR).';
-
-CREATE FUNCTION worker_api.node_ca_publish(p_certificate text, p_ca_sha256 bytea) RETURNS text
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.node_ca_publish(p_certificate, p_ca_sha256) $$;
-COMMENT ON FUNCTION worker_api.node_ca_publish(text, bytea) IS 'A signer publishes its CA certificate; answers its state (active, trusted, retired).';
-
-CREATE FUNCTION worker_api.node_cas() RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
-    SELECT coalesce(pg_catalog.jsonb_object_agg(pg_catalog.encode(c.ca_sha256, 'hex'), c.state), '{}') FROM compute.node_cas AS c
-$$;
-COMMENT ON FUNCTION worker_api.node_cas() IS 'Every node CA and its state, by SHA-256 (hex): which one a signer issues with.';
-
-CREATE FUNCTION worker_api.node_trust_bundle() RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.trust_bundle() $$;
-COMMENT ON FUNCTION worker_api.node_trust_bundle() IS 'The node CA certificates to trust (PEM), which the worker signs into every node spec.';
-
-CREATE FUNCTION worker_api.node_intent_keys_announce(p_keys bytea[]) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.node_intent_keys_announce(p_keys) $$;
-COMMENT ON FUNCTION worker_api.node_intent_keys_announce(bytea[]) IS 'Announce the intent keys nodes accept (the signing one first); answers whether that changed them.';
-
-CREATE FUNCTION worker_api.node_intent_keys() RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
-    SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.encode(k.public_key, 'base64') ORDER BY k.announced_at, k.public_key), '[]')
-      FROM compute.node_intent_keys AS k
-$$;
-COMMENT ON FUNCTION worker_api.node_intent_keys() IS 'The intent keys nodes accept (base64, raw Ed25519), which the worker signs into every node spec.';
-
--- -- ops (operators: CA rotation) ----------------------------------------------------------------------
-
-CREATE FUNCTION ops.node_ca_activate(p_ca_sha256 text) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+CREATE OR REPLACE FUNCTION ops.node_ca_activate(p_ca_sha256 text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 -- Lock order: node_cas (whole table).
 BEGIN
     LOCK TABLE compute.node_cas IN SHARE ROW EXCLUSIVE MODE;
@@ -595,11 +596,18 @@ BEGIN
     UPDATE compute.node_cas SET state = 'active' WHERE ca_sha256 = pg_catalog.decode(p_ca_sha256, 'hex');
     RETURN true;
 END
-$$;
+$function$;
+
 COMMENT ON FUNCTION ops.node_ca_activate(text) IS 'CA rotation: new certificates come from this CA; the one before stays trusted.';
 
-CREATE FUNCTION ops.node_ca_retire(p_ca_sha256 text) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+GRANT EXECUTE ON FUNCTION ops.node_ca_activate(text) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION ops.node_ca_retire(p_ca_sha256 text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
 BEGIN
     UPDATE compute.node_cas SET state = 'retired', retired_at = compute.compute_now()
      WHERE ca_sha256 = pg_catalog.decode(p_ca_sha256, 'hex') AND state = 'trusted';
@@ -609,18 +617,137 @@ BEGIN
     END IF;
     RETURN true;
 END
-$$;
+$function$;
+
 COMMENT ON FUNCTION ops.node_ca_retire(text) IS 'CA rotation: this CA leaves the trust bundle (its certificates are refused from now on).';
+
+GRANT EXECUTE ON FUNCTION ops.node_ca_retire(text) TO bc_operator;
+
+CREATE OR REPLACE FUNCTION worker_api.node_ca_publish(p_certificate text, p_ca_sha256 bytea)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.node_ca_publish(p_certificate, p_ca_sha256) $function$;
+
+COMMENT ON FUNCTION worker_api.node_ca_publish(text,bytea) IS 'A signer publishes its CA certificate; answers its state (active, trusted, retired).';
+
+GRANT EXECUTE ON FUNCTION worker_api.node_ca_publish(text,bytea) TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.node_cas()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT coalesce(pg_catalog.jsonb_object_agg(pg_catalog.encode(c.ca_sha256, 'hex'), c.state), '{}') FROM compute.node_cas AS c
+$function$;
+
+COMMENT ON FUNCTION worker_api.node_cas() IS 'Every node CA and its state, by SHA-256 (hex): which one a signer issues with.';
+
+GRANT EXECUTE ON FUNCTION worker_api.node_cas() TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.node_intent_keys()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.encode(k.public_key, 'base64') ORDER BY k.announced_at, k.public_key), '[]')
+      FROM compute.node_intent_keys AS k
+$function$;
+
+COMMENT ON FUNCTION worker_api.node_intent_keys() IS 'The intent keys nodes accept (base64, raw Ed25519), which the worker signs into every node spec.';
+
+GRANT EXECUTE ON FUNCTION worker_api.node_intent_keys() TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.node_intent_keys_announce(p_keys bytea[])
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.node_intent_keys_announce(p_keys) $function$;
+
+COMMENT ON FUNCTION worker_api.node_intent_keys_announce(bytea[]) IS 'Announce the intent keys nodes accept (the signing one first); answers whether that changed them.';
+
+GRANT EXECUTE ON FUNCTION worker_api.node_intent_keys_announce(bytea[]) TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.node_trust_bundle()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.trust_bundle() $function$;
+
+COMMENT ON FUNCTION worker_api.node_trust_bundle() IS 'The node CA certificates to trust (PEM), which the worker signs into every node spec.';
+
+GRANT EXECUTE ON FUNCTION worker_api.node_trust_bundle() TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.svid_issued(p_request_id uuid, p_verified_key bytea, p_certificate text, p_ca_sha256 bytea)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT compute.svid_decide(p_request_id, p_verified_key, p_certificate, p_ca_sha256, NULL)
+$function$;
+
+COMMENT ON FUNCTION worker_api.svid_issued(uuid,bytea,text,bytea) IS 'Hand back a certificate: issued when the database authorises it now, else refused (answers which).';
+
+GRANT EXECUTE ON FUNCTION worker_api.svid_issued(uuid,bytea,text,bytea) TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.svid_refused(p_request_id uuid, p_reason text)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+    SELECT compute.svid_decide(p_request_id, NULL, NULL, NULL, coalesce(p_reason, 'refused by the signer'))
+$function$;
+
+COMMENT ON FUNCTION worker_api.svid_refused(uuid,text) IS 'The signer refuses a request (a signature that does not verify, a bad CSR).';
+
+GRANT EXECUTE ON FUNCTION worker_api.svid_refused(uuid,text) TO bc_worker;
+
+CREATE OR REPLACE FUNCTION worker_api.svid_requests_due(p_limit integer)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.svid_requests_due(p_limit) $function$;
+
+COMMENT ON FUNCTION worker_api.svid_requests_due(integer) IS 'Pending certificate requests for a signer.';
+
+GRANT EXECUTE ON FUNCTION worker_api.svid_requests_due(integer) TO bc_worker;
+
+COMMENT ON TABLE compute.node_cas IS 'Node CA certificates (SHA-256 of the DER): the active one issues; active and trusted ones are the trust bundle.';
+
+COMMENT ON TABLE compute.node_intent_keys IS 'The intent keys (Ed25519, raw) nodes accept, as the workers announce them: the signing one and, during a rollover, the next or the previous one.';
+
+COMMENT ON TABLE compute.svid_requests IS 'Certificate requests relayed by gateways and decided by a signer: who asked, for which node, under which token or session epoch, and the answer.';
+
+INSERT INTO compute.limits (name, value, unit, description) VALUES
+    ('svid_request_seconds',                 30, 'seconds', 'How long a certificate request waits for a signer before it is refused.'),
+    ('svid_requests_kept_seconds',        86400, 'seconds', 'How long decided certificate requests are kept (who asked, for which node).'),
+    ('svid_requests_pending_per_gateway',  1000, 'count',   'Certificate requests of one gateway waiting for a signer.');
+
+CREATE TRIGGER node_cas_changed AFTER INSERT OR UPDATE ON compute.node_cas
+    FOR EACH STATEMENT EXECUTE FUNCTION compute.node_trust_changed();
+
+CREATE TRIGGER node_intent_keys_changed AFTER INSERT OR DELETE ON compute.node_intent_keys
+    FOR EACH STATEMENT EXECUTE FUNCTION compute.node_trust_changed();
 
 CREATE VIEW ops.node_cas AS
     SELECT pg_catalog.encode(c.ca_sha256, 'hex') AS ca_sha256, c.state, c.added_at, c.retired_at, c.certificate
       FROM compute.node_cas AS c;
+
 COMMENT ON VIEW ops.node_cas IS 'Node CAs: active (issues), trusted (in the bundle), retired.';
 
 CREATE VIEW ops.svid_requests AS
     SELECT r.request_id, r.kind, r.gateway, r.node_id, r.token_id, r.session_epoch, r.names, r.requested_at, r.state,
            pg_catalog.encode(r.ca_sha256, 'hex') AS ca_sha256, r.reason, r.decided_at
       FROM compute.svid_requests AS r;
+
 COMMENT ON VIEW ops.svid_requests IS 'Certificate requests: who asked (gateway), for which node, under which token or session epoch, the answer.';
 
 COMMIT;

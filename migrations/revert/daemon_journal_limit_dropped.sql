@@ -1,4 +1,5 @@
 -- Revert better_compute:daemon_journal_limit_dropped from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 

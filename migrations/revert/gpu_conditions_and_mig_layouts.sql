@@ -1,10 +1,12 @@
 -- Revert better_compute:gpu_conditions_and_mig_layouts from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
 DROP VIEW ops.nodes;
+
 CREATE VIEW ops.nodes AS
     SELECT n.node_id, n.name, s.name AS site, p.name AS pool, p.gpu_model,
            (SELECT count(*) FROM compute.devices AS d WHERE d.node_id = n.node_id AND d.present) AS gpus,
@@ -26,12 +28,32 @@ CREATE VIEW ops.nodes AS
       JOIN compute.pools AS p ON p.pool_id = n.pool_id
       JOIN compute.sites AS s ON s.site_id = n.site_id
       LEFT JOIN compute.node_sessions AS ns ON ns.node_id = n.node_id;
-COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when), drain state (draining until no booking is live now), connected and the age since last heard.';
+
+SET LOCAL check_function_bodies = off;
+
+DROP FUNCTION compute.device_conditions_reported(uuid,bigint,jsonb);
+
+DROP FUNCTION compute.device_layout_at(uuid,timestamp with time zone);
+
+CREATE OR REPLACE FUNCTION compute.atom_is_schedulable(p_atom compute.atoms, p_during tstzrange)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    RETURN p_atom.valid @> p_during
+       AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_atom.node_id)
+       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present);
+END
+$function$;
+
+COMMENT ON FUNCTION compute.atom_is_schedulable(compute.atoms,tstzrange) IS 'Valid for the whole window, on a present GPU of a node without flags.';
 
 CREATE OR REPLACE FUNCTION compute.node_spec_document(p_node_id uuid)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 BEGIN
     -- What the node should expose at compute_now: each atom of an active booking that holds now; a
     -- MIG atom with the UUID of the MIG device it is, which the daemon checks against its own
@@ -51,13 +73,36 @@ BEGIN
                      WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> compute.compute_now()
                     OFFSET 0) AS x);  -- OFFSET 0: the subquery stays one, so mig_uuid is computed once per row
 END
-$$;
+$function$;
+
 COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation.';
 
+CREATE OR REPLACE FUNCTION compute.node_spec_observed(p_node_id uuid, p_generation bigint, p_conditions jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF p_conditions IS NULL OR pg_catalog.jsonb_typeof(p_conditions) <> 'array'
+       OR pg_catalog.octet_length(p_conditions::text) > compute.limit('node_message_bytes') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'conditions are a bounded JSON array', 'Send [] when all is well.');
+    END IF;
+    -- Observed only ever moves forward, and never past what was signed for the node.
+    UPDATE compute.node_specs
+       SET observed_generation = greatest(observed_generation, p_generation), observed_at = compute.compute_now(), conditions = p_conditions
+     WHERE node_id = p_node_id AND p_generation <= signed_generation;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('generation %s was never sent to node %s', p_generation, p_node_id),
+            'Report the generation of the spec you applied.');
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.node_spec_observed(uuid,bigint,jsonb) IS 'A node applied a spec generation (verified report); its conditions.';
+
 CREATE OR REPLACE FUNCTION compute.node_spec_refresh(p_node_id uuid)
-RETURNS bigint
-LANGUAGE plpgsql
-AS $$
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the node's spec row first, then the document is computed by a later statement,
 -- whose snapshot (READ COMMITTED) sees every change committed before the lock was granted: two
 -- concurrent refreshes cannot store a document that misses the other's change.
@@ -81,13 +126,12 @@ BEGIN
     END IF;
     RETURN v_generation;
 END
-$$;
-COMMENT ON FUNCTION compute.node_spec_refresh(uuid) IS 'Recompute a node''s spec; bump its generation when it changed and have the worker sign it.';
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.node_specs_tick()
-RETURNS integer
-LANGUAGE plpgsql
-AS $$
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
 DECLARE
     v_now     timestamptz := compute.compute_now();
     v_changed integer := 0;
@@ -109,47 +153,16 @@ BEGIN
     END LOOP;
     RETURN v_changed;
 END
-$$;
+$function$;
+
 COMMENT ON FUNCTION compute.node_specs_tick() IS 'Sweep: refresh the specs of nodes whose bookings started or ended by time passing.';
 
-CREATE OR REPLACE FUNCTION compute.node_spec_observed(p_node_id uuid, p_generation bigint, p_conditions jsonb)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    IF p_conditions IS NULL OR pg_catalog.jsonb_typeof(p_conditions) <> 'array'
-       OR pg_catalog.octet_length(p_conditions::text) > compute.limit('node_message_bytes') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'conditions are a bounded JSON array', 'Send [] when all is well.');
-    END IF;
-    -- Observed only ever moves forward, and never past what was signed for the node.
-    UPDATE compute.node_specs
-       SET observed_generation = greatest(observed_generation, p_generation), observed_at = compute.compute_now(), conditions = p_conditions
-     WHERE node_id = p_node_id AND p_generation <= signed_generation;
-    IF NOT FOUND THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('generation %s was never sent to node %s', p_generation, p_node_id),
-            'Report the generation of the spec you applied.');
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION compute.node_spec_observed(uuid, bigint, jsonb) IS 'A node applied a spec generation (verified report); its conditions.';
-
-CREATE OR REPLACE FUNCTION compute.atom_is_schedulable(p_atom compute.atoms, p_during tstzrange)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    RETURN p_atom.valid @> p_during
-       AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = p_atom.node_id)
-       AND EXISTS (SELECT 1 FROM compute.devices AS d WHERE d.device_id = p_atom.device_id AND d.present);
-END
-$$;
-COMMENT ON FUNCTION compute.atom_is_schedulable(compute.atoms, tstzrange) IS 'Valid for the whole window, on a present GPU of a node without flags.';
-
-CREATE OR REPLACE FUNCTION compute.place_candidates(p_pool_id uuid, p_shape text, p_during tstzrange, p_spread boolean,
-                                         p_skip uuid[], p_limit bigint)
-RETURNS compute.placement_candidate[]
-LANGUAGE plpgsql STABLE
-AS $$
+CREATE OR REPLACE FUNCTION compute.place_candidates(p_pool_id uuid, p_shape text, p_during tstzrange, p_spread boolean, p_skip uuid[], p_limit bigint)
+ RETURNS compute.placement_candidate[]
+ LANGUAGE plpgsql
+ STABLE
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
 DECLARE
     v_candidates compute.placement_candidate[];
 BEGIN
@@ -194,14 +207,13 @@ BEGIN
     END IF;
     RETURN coalesce(v_candidates, '{}');
 END
-$$;
-COMMENT ON FUNCTION compute.place_candidates(uuid, text, tstzrange, boolean, uuid[], bigint) IS
-    'Step 1 of placement: free, schedulable atoms of the shape in the pool''s static order, at most p_limit.';
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.place_shortfall(p_pool_id uuid, p_shape text, p_count integer, p_during tstzrange, p_same_node boolean)
-RETURNS text
-LANGUAGE sql STABLE
-AS $$
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+AS $function$
     -- Why a request cannot be placed, for the HINT: counted over the whole pool (the slow path).
     WITH a AS (
         SELECT compute.atom_is_schedulable(x, p_during) AS schedulable,
@@ -224,13 +236,13 @@ AS $$
                               p_count, p_shape, (SELECT max(n) FROM (SELECT count(*) AS n FROM a WHERE free GROUP BY node_id) AS per_node))
         ELSE 'Concurrent reservations hold the free atoms right now; retry.'
     END
-$$;
-COMMENT ON FUNCTION compute.place_shortfall(uuid, text, integer, tstzrange, boolean) IS 'Why a placement failed, in words for the HINT.';
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.reservation_document(p_reservation_id uuid)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 DECLARE
     v_now timestamptz := compute.compute_now();
 BEGIN
@@ -257,13 +269,51 @@ BEGIN
       FROM compute.reservations AS r
      WHERE r.reservation_id = p_reservation_id);
 END
-$$;
+$function$;
+
 COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (DESIGN §17).';
 
-ALTER FUNCTION compute.place_candidates(uuid, text, tstzrange, boolean, uuid[], bigint) SET plan_cache_mode = force_generic_plan;
-DROP FUNCTION compute.device_layout_at(uuid, timestamptz);
-DROP FUNCTION compute.device_conditions_reported(uuid, bigint, jsonb);
+CREATE OR REPLACE VIEW ops.nodes AS
+ SELECT n.node_id,
+    n.name,
+    s.name AS site,
+    p.name AS pool,
+    p.gpu_model,
+    ( SELECT count(*) AS count
+           FROM compute.devices d
+          WHERE d.node_id = n.node_id AND d.present) AS gpus,
+    ( SELECT array_agg(f.flag ORDER BY f.flag) AS array_agg
+           FROM compute.node_flags f
+          WHERE f.node_id = n.node_id) AS flags,
+        CASE
+            WHEN NOT (EXISTS ( SELECT 1
+               FROM compute.node_flags f
+              WHERE f.node_id = n.node_id AND f.flag = 'draining'::text)) THEN NULL::text
+            WHEN (EXISTS ( SELECT 1
+               FROM compute.bookings b
+              WHERE b.node_id = n.node_id AND (b.state = ANY (ARRAY['provisional'::text, 'active'::text])) AND b.during @> ops.now())) THEN 'draining'::text
+            ELSE 'drained'::text
+        END AS drain,
+    ( SELECT jsonb_object_agg(f.flag, jsonb_build_object('by', f.set_by, 'reason', f.reason, 'at', f.set_at, 'completed_at', f.completed_at)) AS jsonb_object_agg
+           FROM compute.node_flags f
+          WHERE f.node_id = n.node_id) AS flag_details,
+    n.inventory_at,
+    n.created_at,
+    COALESCE(ns.closed_at IS NULL AND ns.last_heard_at > (ops.now() - (( SELECT l.value
+           FROM compute.limits l
+          WHERE l.name = 'session_timeout_seconds'::text))::double precision * '00:00:01'::interval), false) AS connected,
+    round(EXTRACT(epoch FROM ops.now() - ns.last_heard_at), 1) AS last_heard_seconds
+   FROM compute.nodes n
+     JOIN compute.pools p ON p.pool_id = n.pool_id
+     JOIN compute.sites s ON s.site_id = n.site_id
+     LEFT JOIN compute.node_sessions ns ON ns.node_id = n.node_id;
+
+COMMENT ON TABLE compute.device_conditions IS NULL;
+
+COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when), drain state (draining until no booking is live now), connected and the age since last heard.';
+
 DROP TABLE compute.device_conditions;
-DROP FUNCTION compute.device_condition_critical(text, boolean);
+
+DROP FUNCTION compute.device_condition_critical(text,boolean);
 
 COMMIT;

@@ -1,106 +1,32 @@
 -- Revert better_compute:ready_means_usable from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
-CREATE OR REPLACE FUNCTION compute.node_spec_document(p_node_id uuid)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    v_now timestamptz := compute.compute_now();
-BEGIN
-    -- What the node should expose at compute_now: each atom of an active booking that holds now; a
-    -- MIG atom with the UUID of the MIG device it is, which the daemon checks against its own
-    -- inventory with the profile and placement (a null cdi_name: not exposed, a condition).
-    -- And per present GPU, the layout valid now and since when; for a MIG-capable GPU the MIG mode
-    -- and GPU instances (profile@placement) it must have, which the daemon converges (issue 13).
-    RETURN pg_catalog.jsonb_build_object('node_id', p_node_id,
-        'devices', (SELECT coalesce(pg_catalog.jsonb_agg(
-                       pg_catalog.jsonb_build_object('device_uuid', x.uuid, 'index', x.index, 'kind', x.kind, 'profile', x.profile,
-                           'placement', x.placement, 'slot', x.slot, 'cdi_name', compute.cdi_name(x.kind, x.uuid, x.mig_uuid),
-                           'mig_uuid', x.mig_uuid, 'reservation_id', x.reservation_id, 'until', x.until)
-                       ORDER BY x.index, x.placement, x.slot), '[]')
-              FROM (SELECT d.uuid, d.index, a.kind, a.profile, a.placement, a.slot, b.reservation_id, upper(b.during) AS until,
-                           CASE WHEN a.kind = 'mig' THEN compute.inventory_mig_uuid(n.inventory, d.uuid, a.profile, a.placement) END
-                               AS mig_uuid
-                      FROM compute.bookings AS b
-                      JOIN compute.atoms AS a ON a.atom_id = b.atom_id
-                      JOIN compute.devices AS d ON d.device_id = b.device_id
-                      JOIN compute.nodes AS n ON n.node_id = b.node_id
-                     WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> v_now
-                    OFFSET 0) AS x),  -- OFFSET 0: the subquery stays one, so mig_uuid is computed once per row
-        'gpus', (SELECT coalesce(pg_catalog.jsonb_agg(
-                    pg_catalog.jsonb_build_object('uuid', d.uuid, 'index', d.index, 'layout', l.layout, 'since', l.since,
-                        'mig', CASE WHEN d.mig_supported THEN pg_catalog.jsonb_build_object(
-                                   'mode', CASE WHEN l.layout LIKE 'mig:%' THEN 'enabled' ELSE 'disabled' END,
-                                   'instances', CASE WHEN l.layout LIKE 'mig:%' THEN
-                                       (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-                                                   'profile', pg_catalog.split_part(i, '@', 1),
-                                                   'placement', pg_catalog.split_part(i, '@', 2)::integer))
-                                          FROM pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.substr(l.layout, 5), ',')) AS i)
-                                       ELSE '[]'::jsonb END) END)
-                    ORDER BY d.index), '[]')
-              FROM compute.devices AS d
-              CROSS JOIN LATERAL compute.device_layout_at(d.device_id, v_now) AS l
-             WHERE d.node_id = p_node_id AND d.present));
-END
-$$;
-COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation, and each GPU''s layout (MIG mode and instances).';
+DROP VIEW ops.withdrawals;
 
-CREATE OR REPLACE FUNCTION compute.node_spec_refresh(p_node_id uuid)
-RETURNS bigint
-LANGUAGE plpgsql
-AS $$
--- Lock order: the node's spec row first, then the document is computed by a later statement,
--- whose snapshot (READ COMMITTED) sees every change committed before the lock was granted: two
--- concurrent refreshes cannot store a document that misses the other's change.
-DECLARE
-    v_spec       compute.node_specs;
-    v_document   jsonb;
-    v_generation bigint;
-BEGIN
-    INSERT INTO compute.node_specs (node_id, generation, spec, changed_at)
-    VALUES (p_node_id, 1, pg_catalog.jsonb_build_object('node_id', p_node_id, 'devices', '[]'::jsonb), compute.compute_now())
-    ON CONFLICT (node_id) DO NOTHING;
-    SELECT * INTO v_spec FROM compute.node_specs AS s WHERE s.node_id = p_node_id FOR UPDATE;
-    v_document := compute.node_spec_document(p_node_id);
-    v_generation := v_spec.generation;
-    IF v_document IS DISTINCT FROM v_spec.spec THEN
-        UPDATE compute.node_specs SET generation = generation + 1, spec = v_document, changed_at = compute.compute_now()
-         WHERE node_id = p_node_id RETURNING generation INTO v_generation;
-        -- A GPU whose MIG layout changes is not converged until its node says so for this generation
-        -- or a later one (placement leaves it out meanwhile): only on a node whose daemon
-        -- acknowledges specs, and for a GPU the previous spec already listed.
-        IF v_spec.observed_generation IS NOT NULL THEN
-            INSERT INTO compute.device_conditions AS x (device_id, type, status, reason, message, generation, set_by, since, reported_at)
-            SELECT d.device_id, 'MigConverged', false, 'LayoutChanged',
-                   pg_catalog.format('layout %s holds from %s: waiting for the node to converge', g ->> 'layout', g ->> 'since'),
-                   v_generation, 'control-plane', compute.compute_now(), compute.compute_now()
-              FROM pg_catalog.jsonb_array_elements(v_document -> 'gpus') AS g
-              JOIN pg_catalog.jsonb_array_elements(coalesce(v_spec.spec -> 'gpus', '[]')) AS o ON o ->> 'uuid' = g ->> 'uuid'
-              JOIN compute.devices AS d ON d.uuid = g ->> 'uuid'
-             WHERE g -> 'mig' IS DISTINCT FROM o -> 'mig' AND pg_catalog.jsonb_typeof(g -> 'mig') = 'object'
-             ORDER BY d.device_id
-            ON CONFLICT ON CONSTRAINT device_conditions_pkey DO UPDATE
-                SET status = false, reason = EXCLUDED.reason, message = EXCLUDED.message, generation = EXCLUDED.generation,
-                    set_by = EXCLUDED.set_by, reported_at = EXCLUDED.reported_at,
-                    since = CASE WHEN x.status THEN EXCLUDED.since ELSE x.since END;
-        END IF;
-    END IF;
-    IF v_spec.signed_generation IS DISTINCT FROM v_generation THEN
-        PERFORM compute.work_poke('node.spec.sign', p_node_id::text);
-    END IF;
-    RETURN v_generation;
-END
-$$;
-COMMENT ON FUNCTION compute.node_spec_refresh(uuid) IS 'Recompute a node''s spec; bump its generation when it changed and have the worker sign it.';
+DROP VIEW ops.readiness;
+
+DELETE FROM compute.limits WHERE name = 'withdrawal_grace_seconds';
+
+SET LOCAL check_function_bodies = off;
+
+DROP FUNCTION compute.booking_readiness(bigint);
+
+DROP FUNCTION compute.bookings_readiness(jsonb);
+
+DROP FUNCTION compute.node_observed(uuid,jsonb);
+
+DROP FUNCTION ops.booking_readiness(bigint);
+
+DROP FUNCTION ops.node_fence(text,text);
 
 CREATE OR REPLACE FUNCTION compute.node_report_apply(p_report_id bigint, p_public_key bytea)
-RETURNS boolean
-LANGUAGE plpgsql
-AS $$
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the report row, the node's identity row (one verifier per node at a time), then what
 -- the report's effect locks (node_register: the node and its devices; node_specs; node_commands).
 DECLARE
@@ -179,13 +105,107 @@ BEGIN
     DELETE FROM compute.node_reports WHERE report_id = p_report_id;
     RETURN true;
 END
-$$;
-COMMENT ON FUNCTION compute.node_report_apply(bigint, bytea) IS 'A report whose signature a worker verified with the node''s key: applied in (epoch, seq) order, or rejected.';
+$function$;
+
+CREATE OR REPLACE FUNCTION compute.node_spec_document(p_node_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+    v_now timestamptz := compute.compute_now();
+BEGIN
+    -- What the node should expose at compute_now: each atom of an active booking that holds now; a
+    -- MIG atom with the UUID of the MIG device it is, which the daemon checks against its own
+    -- inventory with the profile and placement (a null cdi_name: not exposed, a condition).
+    -- And per present GPU, the layout valid now and since when; for a MIG-capable GPU the MIG mode
+    -- and GPU instances (profile@placement) it must have, which the daemon converges (issue 13).
+    RETURN pg_catalog.jsonb_build_object('node_id', p_node_id,
+        'devices', (SELECT coalesce(pg_catalog.jsonb_agg(
+                       pg_catalog.jsonb_build_object('device_uuid', x.uuid, 'index', x.index, 'kind', x.kind, 'profile', x.profile,
+                           'placement', x.placement, 'slot', x.slot, 'cdi_name', compute.cdi_name(x.kind, x.uuid, x.mig_uuid),
+                           'mig_uuid', x.mig_uuid, 'reservation_id', x.reservation_id, 'until', x.until)
+                       ORDER BY x.index, x.placement, x.slot), '[]')
+              FROM (SELECT d.uuid, d.index, a.kind, a.profile, a.placement, a.slot, b.reservation_id, upper(b.during) AS until,
+                           CASE WHEN a.kind = 'mig' THEN compute.inventory_mig_uuid(n.inventory, d.uuid, a.profile, a.placement) END
+                               AS mig_uuid
+                      FROM compute.bookings AS b
+                      JOIN compute.atoms AS a ON a.atom_id = b.atom_id
+                      JOIN compute.devices AS d ON d.device_id = b.device_id
+                      JOIN compute.nodes AS n ON n.node_id = b.node_id
+                     WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> v_now
+                    OFFSET 0) AS x),  -- OFFSET 0: the subquery stays one, so mig_uuid is computed once per row
+        'gpus', (SELECT coalesce(pg_catalog.jsonb_agg(
+                    pg_catalog.jsonb_build_object('uuid', d.uuid, 'index', d.index, 'layout', l.layout, 'since', l.since,
+                        'mig', CASE WHEN d.mig_supported THEN pg_catalog.jsonb_build_object(
+                                   'mode', CASE WHEN l.layout LIKE 'mig:%' THEN 'enabled' ELSE 'disabled' END,
+                                   'instances', CASE WHEN l.layout LIKE 'mig:%' THEN
+                                       (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                                                   'profile', pg_catalog.split_part(i, '@', 1),
+                                                   'placement', pg_catalog.split_part(i, '@', 2)::integer))
+                                          FROM pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.substr(l.layout, 5), ',')) AS i)
+                                       ELSE '[]'::jsonb END) END)
+                    ORDER BY d.index), '[]')
+              FROM compute.devices AS d
+              CROSS JOIN LATERAL compute.device_layout_at(d.device_id, v_now) AS l
+             WHERE d.node_id = p_node_id AND d.present));
+END
+$function$;
+
+COMMENT ON FUNCTION compute.node_spec_document(uuid) IS 'The desired state of a node now: the atoms it must expose and to which reservation, and each GPU''s layout (MIG mode and instances).';
+
+CREATE OR REPLACE FUNCTION compute.node_spec_refresh(p_node_id uuid)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+-- Lock order: the node's spec row first, then the document is computed by a later statement,
+-- whose snapshot (READ COMMITTED) sees every change committed before the lock was granted: two
+-- concurrent refreshes cannot store a document that misses the other's change.
+DECLARE
+    v_spec       compute.node_specs;
+    v_document   jsonb;
+    v_generation bigint;
+BEGIN
+    INSERT INTO compute.node_specs (node_id, generation, spec, changed_at)
+    VALUES (p_node_id, 1, pg_catalog.jsonb_build_object('node_id', p_node_id, 'devices', '[]'::jsonb), compute.compute_now())
+    ON CONFLICT (node_id) DO NOTHING;
+    SELECT * INTO v_spec FROM compute.node_specs AS s WHERE s.node_id = p_node_id FOR UPDATE;
+    v_document := compute.node_spec_document(p_node_id);
+    v_generation := v_spec.generation;
+    IF v_document IS DISTINCT FROM v_spec.spec THEN
+        UPDATE compute.node_specs SET generation = generation + 1, spec = v_document, changed_at = compute.compute_now()
+         WHERE node_id = p_node_id RETURNING generation INTO v_generation;
+        -- A GPU whose MIG layout changes is not converged until its node says so for this generation
+        -- or a later one (placement leaves it out meanwhile): only on a node whose daemon
+        -- acknowledges specs, and for a GPU the previous spec already listed.
+        IF v_spec.observed_generation IS NOT NULL THEN
+            INSERT INTO compute.device_conditions AS x (device_id, type, status, reason, message, generation, set_by, since, reported_at)
+            SELECT d.device_id, 'MigConverged', false, 'LayoutChanged',
+                   pg_catalog.format('layout %s holds from %s: waiting for the node to converge', g ->> 'layout', g ->> 'since'),
+                   v_generation, 'control-plane', compute.compute_now(), compute.compute_now()
+              FROM pg_catalog.jsonb_array_elements(v_document -> 'gpus') AS g
+              JOIN pg_catalog.jsonb_array_elements(coalesce(v_spec.spec -> 'gpus', '[]')) AS o ON o ->> 'uuid' = g ->> 'uuid'
+              JOIN compute.devices AS d ON d.uuid = g ->> 'uuid'
+             WHERE g -> 'mig' IS DISTINCT FROM o -> 'mig' AND pg_catalog.jsonb_typeof(g -> 'mig') = 'object'
+             ORDER BY d.device_id
+            ON CONFLICT ON CONSTRAINT device_conditions_pkey DO UPDATE
+                SET status = false, reason = EXCLUDED.reason, message = EXCLUDED.message, generation = EXCLUDED.generation,
+                    set_by = EXCLUDED.set_by, reported_at = EXCLUDED.reported_at,
+                    since = CASE WHEN x.status THEN EXCLUDED.since ELSE x.since END;
+        END IF;
+    END IF;
+    IF v_spec.signed_generation IS DISTINCT FROM v_generation THEN
+        PERFORM compute.work_poke('node.spec.sign', p_node_id::text);
+    END IF;
+    RETURN v_generation;
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.reservation_document(p_reservation_id uuid)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
 DECLARE
     v_now timestamptz := compute.compute_now();
 BEGIN
@@ -216,17 +236,10 @@ BEGIN
       FROM compute.reservations AS r
      WHERE r.reservation_id = p_reservation_id);
 END
-$$;
-COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (docs/architecture.md §17).';
+$function$;
 
-DROP FUNCTION ops.node_fence(text, text);
-DROP VIEW ops.withdrawals;
-DROP VIEW ops.readiness;
-DROP FUNCTION ops.booking_readiness(bigint);
-DROP FUNCTION compute.bookings_readiness(jsonb);
-DROP FUNCTION compute.booking_readiness(bigint);
-DROP FUNCTION compute.node_observed(uuid, jsonb);
+COMMENT ON TABLE compute.node_grants IS NULL;
+
 DROP TABLE compute.node_grants;
-DELETE FROM compute.limits WHERE name = 'withdrawal_grace_seconds';
 
 COMMIT;

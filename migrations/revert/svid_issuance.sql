@@ -1,48 +1,80 @@
 -- Revert better_compute:svid_issuance from pg
+-- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
 
 SET LOCAL ROLE bc_owner;
 
 DROP VIEW ops.svid_requests;
+
 DROP VIEW ops.node_cas;
-DROP FUNCTION ops.node_ca_retire(text);
-DROP FUNCTION ops.node_ca_activate(text);
-DROP FUNCTION worker_api.node_intent_keys();
-DROP FUNCTION worker_api.node_intent_keys_announce(bytea[]);
-DROP FUNCTION worker_api.node_trust_bundle();
-DROP FUNCTION worker_api.node_cas();
-DROP FUNCTION worker_api.node_ca_publish(text, bytea);
-DROP FUNCTION worker_api.svid_refused(uuid, text);
-DROP FUNCTION worker_api.svid_issued(uuid, bytea, text, bytea);
-DROP FUNCTION worker_api.svid_requests_due(integer);
-DROP FUNCTION node_api.trust_bundle();
-DROP FUNCTION node_api.certificate_get(uuid);
-DROP FUNCTION node_api.gateway_certificate_request(text, text, bytea, text[]);
-DROP FUNCTION node_api.renew_request(uuid, bigint, text, text, bytea, jsonb);
-DROP FUNCTION node_api.join_request(bytea, bytea, jsonb, bytea, text, text);
-DROP FUNCTION compute.node_ca_publish(text, bytea);
-DROP FUNCTION compute.svid_decide(uuid, bytea, text, bytea, text);
-DROP FUNCTION compute.svid_refusal(compute.svid_requests, bytea, bytea);
-DROP FUNCTION compute.svid_requests_due(integer);
-DROP FUNCTION compute.trust_bundle();
-DROP FUNCTION compute.svid_request_state(uuid);
-DROP FUNCTION compute.svid_renew_request(uuid, bigint, text, text, bytea, jsonb);
-DROP FUNCTION compute.node_join_bound(bytea, bytea, jsonb, bytea, text, text);
-DROP FUNCTION compute.svid_request_add(text, text, uuid, uuid, bigint, text, bytea, jsonb, text[]);
-DROP FUNCTION compute.hmac_sha256(bytea, bytea);
-DROP INDEX compute.join_tokens_ref;
-DROP TABLE compute.svid_requests;
-DROP FUNCTION compute.node_intent_keys_announce(bytea[]);
-DROP TABLE compute.node_intent_keys;
-DROP TABLE compute.node_cas;
-DROP FUNCTION compute.node_trust_changed();
+
 DELETE FROM compute.limits WHERE name IN ('svid_request_seconds', 'svid_requests_kept_seconds', 'svid_requests_pending_per_gateway');
 
+SET LOCAL check_function_bodies = off;
+
+DROP FUNCTION compute.hmac_sha256(bytea,bytea);
+
+DROP FUNCTION compute.join_token_refused();
+
+DROP FUNCTION compute.node_adopt(compute.join_tokens,jsonb,bytea);
+
+DROP FUNCTION compute.node_ca_publish(text,bytea);
+
+DROP FUNCTION compute.node_intent_keys_announce(bytea[]);
+
+DROP FUNCTION compute.node_join_bound(bytea,bytea,jsonb,bytea,text,text);
+
+DROP FUNCTION compute.node_not_quarantined(uuid);
+
+DROP FUNCTION compute.svid_decide(uuid,bytea,text,bytea,text);
+
+DROP FUNCTION compute.svid_refusal(compute.svid_requests,bytea,bytea);
+
+DROP FUNCTION compute.svid_renew_request(uuid,bigint,text,text,bytea,jsonb);
+
+DROP FUNCTION compute.svid_request_add(text,text,uuid,uuid,bigint,text,bytea,jsonb,text[]);
+
+DROP FUNCTION compute.svid_request_state(uuid);
+
+DROP FUNCTION compute.svid_requests_due(integer);
+
+DROP FUNCTION compute.trust_bundle();
+
+DROP FUNCTION node_api.certificate_get(uuid);
+
+DROP FUNCTION node_api.gateway_certificate_request(text,text,bytea,text[]);
+
+DROP FUNCTION node_api.join_request(bytea,bytea,jsonb,bytea,text,text);
+
+DROP FUNCTION node_api.renew_request(uuid,bigint,text,text,bytea,jsonb);
+
+DROP FUNCTION node_api.trust_bundle();
+
+DROP FUNCTION ops.node_ca_activate(text);
+
+DROP FUNCTION ops.node_ca_retire(text);
+
+DROP FUNCTION worker_api.node_ca_publish(text,bytea);
+
+DROP FUNCTION worker_api.node_cas();
+
+DROP FUNCTION worker_api.node_intent_keys();
+
+DROP FUNCTION worker_api.node_intent_keys_announce(bytea[]);
+
+DROP FUNCTION worker_api.node_trust_bundle();
+
+DROP FUNCTION worker_api.svid_issued(uuid,bytea,text,bytea);
+
+DROP FUNCTION worker_api.svid_refused(uuid,text);
+
+DROP FUNCTION worker_api.svid_requests_due(integer);
+
 CREATE OR REPLACE FUNCTION compute.node_join(p_token text, p_inventory jsonb, p_public_key bytea)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
 -- Lock order: the token row (the UPDATE that consumes it), then what node_register locks.
 DECLARE
     v_now     timestamptz := compute.compute_now();
@@ -70,13 +102,12 @@ BEGIN
     RETURN pg_catalog.jsonb_build_object('node_id', v_node_id, 'pool_id', v_token.pool_id,
         'site_id', (SELECT n.site_id FROM compute.nodes AS n WHERE n.node_id = v_node_id));
 END
-$$;
-COMMENT ON FUNCTION compute.node_join(text, jsonb, bytea) IS 'Adopt a node into its join token''s pool (the token is consumed once); keep its public key.';
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.session_open(p_node_id uuid, p_gateway text)
-RETURNS bigint
-LANGUAGE plpgsql
-AS $$
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
 DECLARE
     v_now   timestamptz := compute.compute_now();
     v_epoch bigint;
@@ -90,13 +121,12 @@ BEGIN
     RETURNING s.epoch INTO v_epoch;
     RETURN v_epoch;
 END
-$$;
-COMMENT ON FUNCTION compute.session_open(uuid, text) IS 'Open a session: a new epoch, which fences every older one.';
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.sessions_heard(p_gateway text, p_node_ids uuid[], p_epochs bigint[])
-RETURNS uuid[]
-LANGUAGE plpgsql
-AS $$
+ RETURNS uuid[]
+ LANGUAGE plpgsql
+AS $function$
 DECLARE
     v_fenced uuid[];
 BEGIN
@@ -114,16 +144,31 @@ BEGIN
                         WHERE s.node_id = b.node_id AND s.epoch = b.epoch AND s.closed_at IS NULL);
     RETURN v_fenced;
 END
-$$;
-COMMENT ON FUNCTION compute.sessions_heard(text, uuid[], bigint[]) IS 'Heartbeats of a gateway''s sessions, in one statement; answers the fenced ones (to close).';
+$function$;
 
-DROP FUNCTION node_api.join(text, jsonb, bytea);
-CREATE FUNCTION node_api.join(p_token text, p_inventory jsonb, p_public_key bytea) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.node_join(p_token, p_inventory, p_public_key) $$;
-COMMENT ON FUNCTION node_api.join(text, jsonb, bytea) IS 'A node joins with its token, inventory and public key; answers its node id.';
+CREATE OR REPLACE FUNCTION node_api."join"(p_token text, p_inventory jsonb, p_public_key bytea)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ SELECT compute.node_join(p_token, p_inventory, p_public_key) $function$;
 
-DROP FUNCTION compute.node_not_quarantined(uuid);
-DROP FUNCTION compute.node_adopt(compute.join_tokens, jsonb, bytea);
-DROP FUNCTION compute.join_token_refused();
+COMMENT ON FUNCTION node_api."join"(text,jsonb,bytea) IS 'A node joins with its token, inventory and public key; answers its node id.';
+
+COMMENT ON TABLE compute.node_cas IS NULL;
+
+COMMENT ON TABLE compute.node_intent_keys IS NULL;
+
+COMMENT ON TABLE compute.svid_requests IS NULL;
+
+DROP INDEX compute.join_tokens_ref;
+
+DROP TABLE compute.svid_requests;
+
+DROP TABLE compute.node_intent_keys;
+
+DROP TABLE compute.node_cas;
+
+DROP FUNCTION compute.node_trust_changed();
 
 COMMIT;

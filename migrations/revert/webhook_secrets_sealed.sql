@@ -44,8 +44,6 @@ DROP FUNCTION compute.iam_attributes(api.methods,jsonb);
 
 DROP FUNCTION compute.sealed_secret_parse(text);
 
-DROP FUNCTION compute.webhook_plaintext_refused();
-
 DROP FUNCTION worker_api.sealing_key_register(text,bytea);
 
 DROP FUNCTION worker_api.webhook_secret_resealed(uuid,text,text,bytea);
@@ -192,6 +190,8 @@ ALTER TABLE compute.webhooks
     ALTER COLUMN secret SET NOT NULL;
 
 DROP TABLE compute.sealing_keys;
+
+DROP FUNCTION compute.webhook_plaintext_refused();
 
 SET LOCAL check_function_bodies = off;
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from psycopg import sql
 
 from better_compute import embedded, migrate
 
-SCHEMAS = ("compute", "api", "node_api", "worker_api", "ops")
+SCHEMAS = ("compute", "api", "node_api", "worker_api", "ops", "site_api")
 _NOISE = ("SET ", "SELECT pg_catalog.set_config", "\\")  # session settings, \\restrict lines
 _ORDER_FREE = re.compile(r"; Type: (ACL|TABLE DATA);")  # grants and rows come in no telling order
 _ENTRY_HEADER = re.compile(r"^--\n-- (.+)\n--\n", re.MULTILINE)
@@ -66,6 +66,15 @@ SELECT DISTINCT p.oid::regprocedure::text
   JOIN pg_catalog.pg_type AS t ON t.oid = d.refobjid
  WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.refclassid = 'pg_catalog.pg_type'::regclass
    AND (t.oid = ANY(%(types)s::regtype[]) OR t.typelem = ANY(%(types)s::regtype[]))"""
+_FUNCTIONS_USED_BY = """
+SELECT DISTINCT p.oid::regprocedure::text
+  FROM pg_catalog.pg_depend AS d JOIN pg_catalog.pg_proc AS p ON p.oid = d.refobjid
+ WHERE d.refclassid = 'pg_catalog.pg_proc'::regclass AND d.classid = ANY(%(users)s::regclass[])"""
+_VIEWS_TYPING_FUNCTIONS = """
+SELECT DISTINCT c.oid::regclass::text
+  FROM pg_catalog.pg_depend AS d JOIN pg_catalog.pg_type AS t ON t.oid = d.refobjid
+  JOIN pg_catalog.pg_class AS c ON c.oid = t.typrelid OR c.reltype = t.typelem
+ WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.refclassid = 'pg_catalog.pg_type'::regclass AND c.relkind = 'v'"""
 _CONSTRAINTS = """
 SELECT c.conrelid::regclass::text, c.conname, pg_catalog.pg_get_constraintdef(c.oid)
   FROM pg_catalog.pg_constraint AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.connamespace
@@ -151,6 +160,8 @@ class Generated:
     verify: list[str] = field(default_factory=list)
     by_hand: list[str] = field(default_factory=list)  # what differs that the tool does not write
     objects: list[str] = field(default_factory=list)  # qualified names of what the change alters
+    prelude: list[str] = field(default_factory=list)  # deploy, before SET LOCAL ROLE (roles, schemas), as written
+    revert_prelude: list[str] = field(default_factory=list)
 
 
 def _objects(plan: Catalog, target: Catalog) -> list[str]:
@@ -243,8 +254,11 @@ def _differing(a: dict[str, str], b: dict[str, str]) -> list[str]:
     return sorted(header for header in set(a) | set(b) if a.get(header) != b.get(header))
 
 
-def _apply(dsn: str, statements: list[str]) -> None:
+def _apply(dsn: str, statements: list[str], prelude: Sequence[str] = ()) -> None:
+    """Run `prelude` as the migrator, then `statements` as bc_owner, in one transaction."""
     with psycopg.connect(dsn) as conn:
+        for statement in prelude:
+            conn.execute(statement)
         conn.execute("SET LOCAL ROLE bc_owner")
         for statement in statements:
             conn.execute(statement)
@@ -258,6 +272,8 @@ class Kept:
     late: list[str] = field(default_factory=list)  # deploy, after them: rows, triggers, DO blocks
     revert_first: list[str] = field(default_factory=list)  # revert, before the functions come back
     revert_last: list[str] = field(default_factory=list)  # revert, after: dropping tables, types, indexes
+    prelude: list[str] = field(default_factory=list)  # deploy, before SET LOCAL ROLE: run as the migrator
+    revert_prelude: list[str] = field(default_factory=list)
 
 
 def dropped_types(statements: list[str]) -> list[str]:
@@ -285,6 +301,30 @@ def _only(catalog: Catalog, signatures: set[str], keep: bool) -> Catalog:
                    constraints=catalog.constraints if not keep else {})
 
 
+def _rows(dsn: str, query: str, args: dict[str, object]) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        return {name for (name,) in conn.execute(query, args)}
+
+
+def _views(statement: str) -> set[str]:
+    """The views a statement creates or drops, by qualified name."""
+    parsed = pglast.parse_sql(statement)[0].stmt
+    if isinstance(parsed, ast.ViewStmt):
+        return {f"{parsed.view.schemaname}.{parsed.view.relname}"}
+    if isinstance(parsed, ast.DropStmt) and parsed.removeType == ObjectType.OBJECT_VIEW:
+        return {".".join(part.sval for part in name) for name in parsed.objects}
+    return set()
+
+
+def order_views(kept: Kept, typing: set[str]) -> Kept:
+    """A view whose row type a function's arguments or result use is created before the functions in
+    the deploy (with the tables) and dropped after them in the revert (before the tables)."""
+    early = [s for s in kept.late if _views(s) & typing]
+    last = [s for s in kept.revert_first if _views(s) & typing]
+    return replace(kept, early=[*kept.early, *early], late=[s for s in kept.late if s not in early],
+                   revert_first=[s for s in kept.revert_first if s not in last], revert_last=[*last, *kept.revert_last])
+
+
 def _between(build_before: Callable[[str], object], build_after: Callable[[str], object], kept: Kept = Kept()) -> Generated:
     """Build two scratch databases on a throwaway cluster, write the statements from the first to the
     second, and check them: the deploy applied to the first must leave only what `by_hand` lists
@@ -303,24 +343,36 @@ def _between(build_before: Callable[[str], object], build_after: Callable[[str],
         build_after(after_dsn)
         before = dump_entries(before_dsn)
         users = _type_users(before_dsn, dropped_types(kept.early)) | _type_users(after_dsn, dropped_types(kept.revert_last))
-        was = _only(read_catalog(before_dsn), users, keep=True)
-        first = [*_step(was, Catalog()), *kept.early]
+        had = read_catalog(before_dsn)
+        was = _only(had, users, keep=True)
+        kept = order_views(kept, _rows(after_dsn, _VIEWS_TYPING_FUNCTIONS, {}))
+        # Functions that a table's default, generated column or CHECK calls come before the tables;
+        # those that these or a trigger use are dropped after the kept drops (of tables) in the revert.
+        for_tables = _rows(after_dsn, _FUNCTIONS_USED_BY, {"users": ["pg_catalog.pg_attrdef", "pg_catalog.pg_constraint"]})
+        used = _rows(after_dsn, _FUNCTIONS_USED_BY, {"users": ["pg_catalog.pg_attrdef", "pg_catalog.pg_constraint",
+                                                               "pg_catalog.pg_trigger"]})
+        ahead = _only(read_catalog(after_dsn), for_tables - set(had.functions), keep=True)
+        first = [*_step(was, Catalog()), *_step(Catalog(), ahead), *kept.early]
         try:
-            _apply(before_dsn, first)
+            _apply(before_dsn, first, kept.prelude)
         except psycopg.Error as error:
             raise migrate.PlanError(f"the statements kept before the functions do not run first ({error})") from error
         plan, target = read_catalog(before_dsn), read_catalog(after_dsn)
         forward, back = _step(plan, target), _step(_only(target, users, keep=False), plan)
         # A kept comment the tool writes too (on a table or a column) is written once, by the tool.
+        dropped_last = [f"DROP {function.kind} {sig};" for sig, function in sorted(target.functions.items())
+                        if sig in used and sig not in had.functions]
         generated = Generated(deploy=[*first, *forward, *[s for s in kept.late if s not in forward]],
                               revert=[*[s for s in kept.revert_first if s not in back],
-                                      *_step(_only(target, users, keep=True), Catalog()), *back, *kept.revert_last,
-                                      *_step(Catalog(), was)],
-                              verify=_verify(plan, target), objects=_objects(plan, target))
+                                      *_step(_only(target, users, keep=True), Catalog()),
+                                      *[s for s in back if s not in dropped_last], *kept.revert_last,
+                                      *dropped_last, *_step(Catalog(), was)],
+                              verify=_verify(plan, target), objects=_objects(plan, target),
+                              prelude=kept.prelude, revert_prelude=kept.revert_prelude)
         _apply(before_dsn, generated.deploy[len(first):])
         generated.by_hand = _differing(dump_entries(before_dsn), dump_entries(after_dsn))
         if not generated.by_hand:
-            _apply(before_dsn, generated.revert)
+            _apply(before_dsn, generated.revert, kept.revert_prelude)
             undone = _differing(dump_entries(before_dsn), before)
             if undone:
                 raise RuntimeError(f"the generated revert does not give the first catalog back: {undone}")
@@ -350,11 +402,24 @@ _EARLY = (ast.CreateStmt, ast.AlterTableStmt, ast.IndexStmt, ast.CompositeTypeSt
           ast.CreateStatsStmt, ast.CreateSeqStmt, ast.DefineStmt, ast.CreateDomainStmt)
 
 
+def prelude_statements(script: str) -> list[str]:
+    """The statements of a script before its SET LOCAL ROLE (creating a role or a schema, which
+    bc_owner may not): kept as written, run as the migrator."""
+    prelude = []
+    for text in pglast.split(migrate.without_transaction_lines(script)):
+        statement = pglast.parse_sql(text)[0].stmt
+        if isinstance(statement, ast.VariableSetStmt) and statement.name == "role":
+            return prelude
+        prelude.append(text.strip() + ";")
+    return []
+
+
 def kept_statements(script: str) -> list[str]:
     """The statements of a script that the tool does not write (tables, indexes, rows, DO blocks),
-    in their order, without the BEGIN/COMMIT and SET LOCAL ROLE that every script has."""
+    in their order, without the BEGIN/COMMIT and SET LOCAL ROLE that every script has (nor what
+    comes before that: prelude_statements)."""
     kept = []
-    for text in pglast.split(migrate.without_transaction_lines(script)):
+    for text in pglast.split(migrate.without_transaction_lines(script))[len(prelude_statements(script)):]:
         statement = pglast.parse_sql(text)[0].stmt
         if isinstance(statement, ast.VariableSetStmt) and statement.name in ("role", "check_function_bodies"):
             continue  # what every script sets, and what the tool sets before its functions
@@ -376,6 +441,10 @@ def _is_early(statement: str) -> bool:
     return isinstance(parsed, _EARLY)
 
 
+def _is_row(statement: str) -> bool:
+    return isinstance(pglast.parse_sql(statement)[0].stmt, (ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt))
+
+
 def regenerate(name: str, top: Path = migrate.MIGRATIONS_DIR) -> Generated:
     """The deploy and revert statements of an unreleased change, its functions written again by the
     tool from the catalogs before and after it. What the tool does not write is kept as written:
@@ -387,10 +456,14 @@ def regenerate(name: str, top: Path = migrate.MIGRATIONS_DIR) -> Generated:
     change = plan.changes[index]
     if change.id in {released.id for released in plan.released()}:
         raise migrate.PlanError(f"{name!r} is released: its scripts never change")
-    deploy = kept_statements(change.script("deploy", top).read_text())
-    revert = kept_statements(change.script("revert", top).read_text())
+    deploy_script, revert_script = (change.script(kind, top).read_text() for kind in ("deploy", "revert"))
+    deploy, revert = kept_statements(deploy_script), kept_statements(revert_script)
+    # In the revert, rows written after a table's drop stay after it (a dropped table's key may use them).
+    first_drop = next((i for i, s in enumerate(revert) if _is_early(s)), len(revert))
+    last = [s for i, s in enumerate(revert) if _is_early(s) or (i > first_drop and _is_row(s))]
     kept = Kept(early=[s for s in deploy if _is_early(s)], late=[s for s in deploy if not _is_early(s)],
-                revert_first=[s for s in revert if not _is_early(s)], revert_last=[s for s in revert if _is_early(s)])
+                revert_first=[s for s in revert if s not in last], revert_last=last,
+                prelude=prelude_statements(deploy_script), revert_prelude=prelude_statements(revert_script))
     previous = plan.qualified(index - 1)
     try:
         generated = _between(lambda dsn: migrate.migrate(dsn, top, to=previous),
@@ -406,13 +479,15 @@ def rewrite_change(name: str, generated: Generated, top: Path = migrate.MIGRATIO
     """Write the deploy and revert scripts of an existing change from `generated`, keeping their
     opening comment lines (the tool's line added), the verify script and the plan's line."""
     paths = []
-    for kind, statements in (("deploy", generated.deploy), ("revert", generated.revert)):
+    for kind, statements, prelude in (("deploy", generated.deploy, generated.prelude),
+                                      ("revert", generated.revert, generated.revert_prelude)):
         path = migrate.read_plan(top).change(name).script(kind, top)
         lines = path.read_text().splitlines()
         opening = [line for line in lines[: next(i for i, line in enumerate(lines) if not line.startswith("--"))]
                    if line != GENERATED]
         body = "\n\n".join(statements)
-        path.write_text("\n".join([*opening, GENERATED]) + f"\n\nBEGIN;\n\nSET LOCAL ROLE bc_owner;\n\n{body}\n\nCOMMIT;\n")
+        before_role = "".join(f"{statement}\n\n" for statement in prelude)
+        path.write_text("\n".join([*opening, GENERATED]) + f"\n\nBEGIN;\n\n{before_role}SET LOCAL ROLE bc_owner;\n\n{body}\n\nCOMMIT;\n")
         paths.append(path)
     return paths
 
