@@ -114,7 +114,9 @@ CREATE FUNCTION compute.device_set_layout(p_device_id uuid, p_layout text, p_at 
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
--- Lock order: the device row (FOR UPDATE) first, as placement and extension do; then its atoms and bookings.
+-- Lock order: the device row (FOR UPDATE) first, as placement and extension do; then its atoms and
+-- bookings; then the node's node_specs row (the devices_node_spec trigger). compute.node_register
+-- locks a node's devices before its node_specs row too (one order: node row, devices, node_specs).
 -- From v_at on, the GPU has exactly the new layout's atoms: any change scheduled later is called off.
 -- An atom is known by its identity (kind, profile, placement, slot, slot_count) in the layout.
 DECLARE

@@ -102,7 +102,11 @@ CREATE FUNCTION compute.node_register(p_pool_id uuid, p_name text, p_inventory j
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
--- Lock order: the node (FOR UPDATE), then its devices.
+-- Lock order (every path that touches a node's rows): the node row (FOR NO KEY UPDATE: inserts that
+-- reference it, e.g. bookings and flags, take KEY SHARE and do not wait), then its devices (FOR UPDATE,
+-- device_id order), then its node_specs row (compute.node_spec_refresh, from the triggers). Placement,
+-- compute.device_set_layout and compute.node_flag_set take devices before node_specs too; so the
+-- devices here are locked before the inventory update whose trigger locks node_specs.
 DECLARE
     v_pool    compute.pools;
     v_node    compute.nodes;
@@ -129,11 +133,12 @@ BEGIN
     END IF;
 
     -- The node: created, or its inventory replaced.
-    SELECT * INTO v_node FROM compute.nodes AS n WHERE n.site_id = v_pool.site_id AND n.name = p_name FOR UPDATE;
+    SELECT * INTO v_node FROM compute.nodes AS n WHERE n.site_id = v_pool.site_id AND n.name = p_name FOR NO KEY UPDATE;
     IF FOUND AND v_node.pool_id <> p_pool_id THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('node %s belongs to another pool', p_name),
             'A node never changes pool: register it under its own pool.');
     ELSIF FOUND THEN
+        PERFORM 1 FROM compute.devices AS d WHERE d.node_id = v_node.node_id ORDER BY d.device_id FOR UPDATE;
         UPDATE compute.nodes SET inventory = p_inventory, inventory_at = v_now WHERE node_id = v_node.node_id;
     ELSE
         INSERT INTO compute.nodes (node_id, site_id, pool_id, name, inventory, inventory_at, created_at)
