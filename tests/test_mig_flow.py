@@ -2,12 +2,15 @@
 instance. A MIG layout change scheduled in the database reaches a real bcd at its time and the node's fake
 GPU converges, while the node's other GPU keeps its booking and its CDI device throughout; then an
 injected Xid 79 on that other GPU keeps it out of new placements, changes no booking, and shows to
-the operator (ops.nodes) and to the tenant (its reservation's device). Real processes: relay,
-gateway, worker, bcd (fake driver, GPU state in a file)."""
+the operator (ops.nodes) and to the tenant (its reservation's device). Chaos: a real bcd SIGKILLed at
+a random point of each of 20 layout changes, then started again, leaves every GPU as its spec. Real
+processes: relay, gateway, worker, bcd (fake driver, GPU state in a file)."""
 
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -17,13 +20,14 @@ import psycopg
 import pytest
 
 from better_compute.daemon.drivers import fake
-from better_compute.daemon.mig import MigState
+from better_compute.daemon.mig import Desired, MigState, matches
 from fleet import H200_MODEL
 from gateway_support import GatewayProcess, running_gateway, running_worker_process
 from iam_server import statement, write_static_iam
 from node_support import H200_INVENTORY, JoinedNode, bcd, cdi_devices, converged, running_bcd, wait_until
 from better_compute.daemon.state import NodeState
 from relay_support import Relay, running_relay, static_iam
+from test_mig import LAYOUTS
 
 TENANT = "cccccccc-0000-4000-8000-000000000013"
 TOKEN = "token-of-the-operator"
@@ -67,8 +71,8 @@ def gpu_conditions(sql: psycopg.Connection, node: JoinedNode) -> list[dict[str, 
     return sql.execute("SELECT coalesce(gpu_conditions, '[]') FROM ops.nodes WHERE node_id = %s", (node.node_id,)).fetchone()[0]
 
 
-def test_a_scheduled_layout_converges_on_one_gpu_while_the_other_keeps_serving_then_xid_79(
-        relay: Relay, gateway: GatewayProcess, sql: psycopg.Connection, tmp_path: Path) -> None:
+def join_two_gpu_node(relay: Relay, gateway: GatewayProcess, tmp_path: Path) -> tuple[JoinedNode, list[str]]:
+    """A node of two fake H200s (GPU state in tmp_path/gpus.json) joined to a new pool; it and its driver options."""
     site = call(relay, "sites.create", {"name": "lab"})
     pool = str(call(relay, "pools.create", {"site_id": site["site_id"], "name": "h200", "gpu_model": H200_MODEL})["pool_id"])
     for shape in ("gpu", "mig:3g.71gb"):
@@ -79,7 +83,13 @@ def test_a_scheduled_layout_converges_on_one_gpu_while_the_other_keeps_serving_t
     joined = bcd("join", "--gateway", gateway.url, "--token", token, "--ca-file", str(gateway.ca_path),
                  "--state-dir", str(state_dir), *driver_options)
     assert joined.returncode == 0, joined.stderr
-    node = JoinedNode(HOST, state_dir, NodeState(state_dir).load().node_id, tmp_path / "cdi" / f"{HOST}.yaml")
+    return JoinedNode(HOST, state_dir, NodeState(state_dir).load().node_id, tmp_path / "cdi" / f"{HOST}.yaml"), driver_options
+
+
+def test_a_scheduled_layout_converges_on_one_gpu_while_the_other_keeps_serving_then_xid_79(
+        relay: Relay, gateway: GatewayProcess, sql: psycopg.Connection, tmp_path: Path) -> None:
+    node, driver_options = join_two_gpu_node(relay, gateway, tmp_path)
+    pool = str(sql.execute("SELECT pool_id FROM compute.nodes WHERE node_id = %s", (node.node_id,)).fetchone()[0])
     serving, changing = fake.gpu_uuid(HOST, 0), fake.gpu_uuid(HOST, 1)
     gpus = fake.Driver(tmp_path / "two-h200.json", hostname=HOST, gpu_state=tmp_path / "gpus.json")
 
@@ -140,3 +150,55 @@ def test_a_scheduled_layout_converges_on_one_gpu_while_the_other_keeps_serving_t
         seen = call(relay, "reservations.get", {"reservation_id": held["reservation_id"]})
         assert [(c["type"], c["reason"]) for c in seen["bookings"][0]["conditions"]] == [("FallenOffBus", "Xid79")]
         assert serving in cdi_devices(node), "the holder keeps its device (P6): the condition informs, it does not withdraw"
+
+
+def spec_gpus(sql: psycopg.Connection, node: JoinedNode) -> dict[str, dict[str, Any]]:
+    """The `gpus` entries of the node's spec, by GPU uuid."""
+    spec = sql.execute("SELECT spec FROM compute.node_specs WHERE node_id = %s", (node.node_id,)).fetchone()[0]
+    return {entry["uuid"]: entry for entry in spec["gpus"]}
+
+
+def as_spec(sql: psycopg.Connection, node: JoinedNode, gpus: fake.Driver) -> bool:
+    """Every GPU exactly as its spec entry (mode, instances each with its compute instance, nothing
+    else), the spec observed at its generation and no GPU condition left."""
+    generation, observed = sql.execute("SELECT generation, observed_generation FROM compute.node_specs WHERE node_id = %s",
+                                       (node.node_id,)).fetchone()
+    wanted = spec_gpus(sql, node)
+    return observed == generation and not gpu_conditions(sql, node) \
+        and all(matches(gpus.mig_state(uuid), Desired.of(entry)) for uuid, entry in wanted.items())
+
+
+CHANGES = 20
+
+
+def test_chaos_a_real_bcd_killed_anywhere_in_20_layout_changes_leaves_every_gpu_as_its_spec(
+        relay: Relay, gateway: GatewayProcess, sql: psycopg.Connection, tmp_path: Path) -> None:
+    node, driver_options = join_two_gpu_node(relay, gateway, tmp_path)
+    uuids = [fake.gpu_uuid(HOST, 0), fake.gpu_uuid(HOST, 1)]
+    gpus = fake.Driver(tmp_path / "two-h200.json", hostname=HOST, gpu_state=tmp_path / "gpus.json")
+    chaos = random.Random(13)
+    options = [*driver_options, "--driver-option", "mig_delay=0.05"]  # a change of up to 9 calls takes about 0.5 s
+
+    layouts = {uuid: "whole" for uuid in uuids}
+    landed = 0
+    for change in range(CHANGES + 1):
+        with running_bcd(gateway, node.state_dir, HOST, node.cdi_path, ["--reconcile-seconds", "0.3"], options) as daemon:
+            # This bcd finishes what the one killed left (the first: observes the first spec).
+            wait_until(lambda: as_spec(sql, node, gpus), f"change {change - 1} finished by the next bcd", daemon.log)
+            assert {uuid: entry["layout"] for uuid, entry in spec_gpus(sql, node).items()} == layouts
+            assert all(len(instance.cis) == 1 for uuid in uuids for instance in gpus.mig_state(uuid).instances)
+            if change == CHANGES:
+                break
+            before = {uuid: gpus.mig_state(uuid) for uuid in uuids}
+            for uuid in uuids:
+                layouts[uuid] = chaos.choice([layout for layout in LAYOUTS if layout != layouts[uuid]])
+                sql.execute("SELECT ops.device_set_layout(%s, %s)", (uuid, layouts[uuid]))
+            wait_until(lambda: any(gpus.mig_state(uuid) != before[uuid] for uuid in uuids),
+                       f"change {change} under way", daemon.log)
+            time.sleep(chaos.uniform(0, 0.5))
+            daemon.process.kill()  # SIGKILL: no handler runs
+            daemon.process.wait()
+        wanted = spec_gpus(sql, node)
+        landed += not all(matches(gpus.mig_state(uuid), Desired.of(wanted[uuid])) for uuid in uuids)
+    print(f"{landed} of {CHANGES} kills landed in the middle of a change")
+    assert landed >= 10, f"only {landed} of {CHANGES} kills landed in the middle of a change: the test did not test much"
