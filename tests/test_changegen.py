@@ -41,8 +41,8 @@ COMMENT ON FUNCTION compute.limit(text)""")
     assert generated.objects == ["compute.limit_or", "compute.request_field"]
     # compute.limit_or is new: no change defines it; compute.request_field: the latest change that does.
     [defines_request_field] = changegen.prerequisites(generated.objects, top)
-    plan = migrate.read_plan(top)
-    assert plan.index(defines_request_field) >= plan.index("api_input_conformance")
+    names = [change.name for change in migrate.read_plan(top).changes]
+    assert names.index(defines_request_field) >= names.index("api_input_conformance")
     paths = changegen.write_change("limit_or", "A limit or a default", ["limits"], generated, top)
     deploy, revert, verify = (path.read_text() for path in paths)
     assert "an edited comment" in deploy and "an edited comment" not in revert
