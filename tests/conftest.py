@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -16,6 +17,7 @@ from pytest_postgresql.executors import NoopExecutor
 
 from better_compute import embedded, migrate
 from better_compute.db import Database
+from gateway_support import GatewayProcess, running_gateway, running_worker_process
 
 
 @pytest.fixture(scope="session")
@@ -93,3 +95,18 @@ def wdb(db_dsn: str) -> Iterator[Database]:
 
     with worker_database(db_dsn) as database:
         yield database
+
+
+@pytest.fixture(name="sql")
+def sql_connection(db_dsn: str) -> Iterator[psycopg.Connection]:
+    """A superuser connection in autocommit: the test's eyes, and what an operator or the API does
+    beside what the test runs."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def gateway(db_dsn: str, tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A gateway (its signer beside it) and a worker, as real processes (a test file may define its own)."""
+    with running_gateway(db_dsn, tmp_path / "keys") as running, running_worker_process(db_dsn, running.keys):
+        yield running

@@ -21,16 +21,10 @@ from bare_metal_support import (Agent, Emulator, boot_image, enroll, image_serve
                                 running_agent, running_emulator, start_emulator, wait_state)
 from better_compute.siteagent.redfish import Bmc, Credentials
 from fleet import H200_MODEL
-from gateway_support import GatewayProcess, running_gateway, running_worker_process
+from gateway_support import GatewayProcess, running_worker_process
 from node_support import running_bcd, wait_until
 
 PROVISION_SECONDS = 120.0  # two power changes of up to 11 s each, and the rest
-
-
-@pytest.fixture
-def sql(db_dsn: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        yield conn
 
 
 @pytest.fixture
@@ -65,12 +59,6 @@ def worker(db_dsn: str, tmp_path: Path) -> Iterator[None]:
     """`serve worker`: the reconciler of machines (and the sweep)."""
     with running_worker_process(db_dsn, tmp_path / "keys"):
         yield
-
-
-@pytest.fixture
-def gateway(db_dsn: str, tmp_path: Path) -> Iterator[GatewayProcess]:
-    with running_gateway(db_dsn, tmp_path / "keys") as running, running_worker_process(db_dsn, running.keys):
-        yield running
 
 
 def test_enroll_provision_join_release_clean_rejoin_with_a_new_key(

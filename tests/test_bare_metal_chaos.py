@@ -12,13 +12,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from bare_metal_support import Agent, agent_argv, enroll, image_server, register_agent, running_emulator, state
 from better_compute.pki import IntentSigner
@@ -28,12 +25,6 @@ from gateway_support import REPO
 KILLS = 10
 MACHINES = 2
 SETTLE_SECONDS = 240.0
-
-
-@pytest.fixture
-def sql(db_dsn: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        yield conn
 
 
 def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:

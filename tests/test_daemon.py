@@ -487,13 +487,6 @@ ALLOW = {"allowed": True, "reason": "test", "matched": [], "principal": "user:al
 
 
 @pytest.fixture
-def sql(db_dsn: str) -> Iterator[psycopg.Connection]:
-    """A superuser connection in autocommit: what the API and operators do beside the node."""
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
 def control_plane(db_dsn: str, tmp_path: Path) -> Iterator[GatewayProcess]:
     """The gateway, and the worker that signs specs and commands."""
     with running_gateway(db_dsn, tmp_path / "keys") as gateway, running_worker_process(db_dsn, gateway.keys):

@@ -56,13 +56,6 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def sql(db_dsn: str) -> Iterator[psycopg.Connection]:
-    """A superuser connection in autocommit: what an operator (or the API) does beside the test."""
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
 def pool_id(sql: psycopg.Connection) -> uuid.UUID:
     """An empty H200 pool (nodes join it) that offers whole GPUs."""
     return make_pool(sql, [], shapes=("gpu",))

@@ -22,7 +22,7 @@ import pytest
 from better_compute.daemon.drivers import fake
 from better_compute.daemon.mig import Desired, MigState, matches
 from fleet import H200_MODEL
-from gateway_support import GatewayProcess, running_gateway, running_worker_process
+from gateway_support import GatewayProcess
 from iam_server import statement, write_static_iam
 from node_support import H200_INVENTORY, JoinedNode, bcd, cdi_devices, converged, running_bcd, wait_until
 from better_compute.daemon.state import NodeState
@@ -36,21 +36,9 @@ LAYOUT = "mig:3g.71gb@0,3g.71gb@4"
 
 
 @pytest.fixture
-def sql(db_dsn: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
 def relay(db_dsn: str, tmp_path: Path) -> Iterator[Relay]:
     iam = write_static_iam(tmp_path / "iam.toml", [(TOKEN, "user:operator", TENANT, [statement("allow")])])
     with running_relay(db_dsn, static_iam(iam)) as running:
-        yield running
-
-
-@pytest.fixture
-def gateway(db_dsn: str, tmp_path: Path) -> Iterator[GatewayProcess]:
-    with running_gateway(db_dsn, tmp_path / "keys") as running, running_worker_process(db_dsn, running.keys):
         yield running
 
 

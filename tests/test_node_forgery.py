@@ -40,13 +40,6 @@ def der(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 @pytest.fixture
-def sql(db_dsn: str) -> Iterator[psycopg.Connection]:
-    """A superuser connection in autocommit: the test's eyes, and what the API does beside it."""
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
 def gateway_login(sql: psycopg.Connection, db_dsn: str) -> Iterator[psycopg.Connection]:
     """A connection as a LOGIN role granted bc_gateway (no SET ROLE: its privileges are the group's)."""
     sql.execute(sqltext.SQL("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {name}) THEN "

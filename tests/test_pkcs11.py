@@ -27,7 +27,7 @@ from better_compute.pki import CertificateAuthority, IntentSigner, generate_node
 from better_compute.pki.pkcs11 import DEFAULT_MODULE, PIN_VARIABLE, Pkcs11CaKey, Pkcs11IntentKey, Pkcs11Token
 from better_compute.pki.svid import verify_svid
 from gateway_support import TestNode, running_gateway
-from test_gateway import anyio_backend, mint_token, pool_id, sql  # noqa: F401 (fixtures)
+from test_gateway import anyio_backend, mint_token, pool_id  # noqa: F401 (fixtures)
 
 TOKEN = "bc-test"
 PIN = "20261201"

@@ -30,7 +30,7 @@ from fleet import MIG_2X_3G, make_pool
 from gateway_support import GatewayProcess
 from node_support import H200_INVENTORY, JoinedNode, fake_driver, running_bcd, wait_until
 from test_daemon import (GPU, HOSTNAME, TENANT, FlakyDriver, Node, api, bcd_join, control_plane, gpu_booking,  # noqa: F401
-                         mig_recording, node, sql)
+                         mig_recording, node)
 
 HOLD = """import signal, sys, time
 if sys.argv[1] == "stubborn":

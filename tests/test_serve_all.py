@@ -19,7 +19,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from better_compute.daemon.drivers import fake
 from fleet import H200_MODEL
@@ -80,12 +79,6 @@ def announced(process: subprocess.Popen[str], timeout: float = START_SECONDS) ->
         elif line.startswith(CA_LINE):
             lines["ca"] = line[len(CA_LINE):].strip()
     return lines
-
-
-@pytest.fixture
-def sql(db_dsn: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        yield conn
 
 
 def test_one_process_serves_the_api_the_nodes_and_the_work(db_dsn: str, sql: psycopg.Connection, tmp_path: Path) -> None:

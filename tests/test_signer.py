@@ -30,8 +30,7 @@ from better_compute.pki.keys import load_or_create_private_key
 from gateway_support import (CLI, REPO, GatewayProcess, TestNode, running_gateway, running_gateway_alone,
                              running_signer, running_worker_process)
 from node_support import cdi_devices, join_node, running_bcd, spec_state, wait_until
-from test_gateway import (anyio_backend, eventually, joined_node, mint_token, pool_id, reserve_now,  # noqa: F401
-                          sql)
+from test_gateway import anyio_backend, eventually, joined_node, mint_token, pool_id, reserve_now  # noqa: F401
 
 SVID_SECONDS = 60  # the shortest lifetime the signer issues: bcd renews at 2/3, 40 s in
 HEARTBEAT_SECONDS = 1.0  # gateway_support starts the gateway with --heartbeat-seconds 1
