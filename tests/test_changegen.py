@@ -90,6 +90,15 @@ COMMIT;
                     "COMMENT ON TABLE compute.t IS 't';"]
 
 
+def forget_the_release_of(top: Path, name: str) -> None:
+    """The copy's plan without the tags after `name`: the tool never rewrites a released change, so
+    whether its output is a fixpoint (what it writes again equals what it wrote) is asked of a copy
+    where the change is not released yet."""
+    plan = (top / "sqitch.plan").read_text().splitlines(keepends=True)
+    at = next(number for number, line in enumerate(plan) if line.startswith(f"{name} "))
+    (top / "sqitch.plan").write_text("".join(plan[:at] + [line for line in plan[at:] if not line.startswith("@")]))
+
+
 # webhook_secrets_sealed drops and re-creates a type its own functions return (compute.webhook_delivery)
 # and renames an argument (webhook_create's p_secret): the tool drops those functions first and
 # creates them after the type, in the deploy and in the revert. gpu_conditions_and_mig_layouts has a
@@ -102,6 +111,7 @@ COMMIT;
                                   "svid_issuance", "instances", "machines"])
 def test_writing_a_regenerated_change_again_changes_nothing(project: tuple[Path, Path], name: str) -> None:
     top, _ = project
+    forget_the_release_of(top, name)
     before = {kind: (top / kind / f"{name}.sql").read_text() for kind in ("deploy", "revert")}
     changegen.rewrite_change(name, changegen.regenerate(name, top), top)
     assert {kind: (top / kind / f"{name}.sql").read_text() for kind in ("deploy", "revert")} == before
