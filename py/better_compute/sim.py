@@ -100,7 +100,7 @@ async def live(node: SimNode, token: str | None, settings: SimSettings, joins: a
         node.failure = f"{type(error).__name__}: {error}"
         log.error("%s cannot run: %s", node.hostname, node.failure)
         return
-    await run(node.daemon, settings.gateway, stop)
+    await run(node.daemon, [settings.gateway], stop)
 
 
 def status_line(nodes: list[SimNode]) -> str:

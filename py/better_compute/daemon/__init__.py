@@ -56,6 +56,11 @@ def gateway_url(url: str) -> str:
     return url
 
 
+def gateway_urls(urls: list[str]) -> list[str]:
+    """Every `--gateway` of `bcd run` is checked as one is."""
+    return [gateway_url(url) for url in urls]
+
+
 def metrics_url_checked(url: str | None) -> str | None:
     """A `--metrics-url` is checked before anything runs, as a `--gateway` is."""
     try:
@@ -126,7 +131,10 @@ def vps_hypervisor(uri: str, directory: Path, images: Path) -> "Hypervisor":
 
 @app.command("run")
 def run_command(
-    gateway: str = typer.Option(..., callback=gateway_url, help="The gateway, wss://HOST:PORT."),
+    gateways: list[str] = typer.Option(
+        ..., "--gateway", callback=gateway_urls, help="The gateway, wss://HOST:PORT. Repeat it to name several: the "
+                                                      "session moves to the next one (in turn) whenever one ends or "
+                                                      "cannot be opened."),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help=STATE_HELP),
     name: str = typer.Option("nvidia-smi", "--driver", help=DRIVER_HELP),
     options: list[str] = typer.Option([], "--driver-option", help=OPTION_HELP),
@@ -159,4 +167,4 @@ def run_command(
         raise fail(str(error)) from error
     telemetry = None if metrics_url is None else Telemetry(
         metrics_url, str(daemon.node_id), chosen, daemon.bookings, interval=metrics_interval)
-    run_until_signalled(daemon, gateway, telemetry)
+    run_until_signalled(daemon, gateways, telemetry)

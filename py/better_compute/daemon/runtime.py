@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import random
 import signal
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -512,12 +513,15 @@ def spec_conditions(cdi: CdiSpec) -> list[dict[str, Any]]:
 
 # -- the session -------------------------------------------------------------------------------------
 
-async def run(daemon: Daemon, gateway: str, stop: asyncio.Event, backoff: Backoff | None = None) -> None:
-    """Hold a session with the gateway until `stop` is set, reconnecting after every end."""
-    url = endpoint(gateway, SESSION_PATH)
+async def run(daemon: Daemon, gateways: Sequence[str], stop: asyncio.Event, backoff: Backoff | None = None) -> None:
+    """Hold a session with one of the gateways until `stop` is set, reconnecting after every end:
+    each new try goes to the next gateway in turn (any gateway serves any node: P1), so the nodes of
+    a gateway that died come back on the others after one backoff."""
+    urls = itertools.cycle([endpoint(gateway, SESSION_PATH) for gateway in gateways])
     backoff = backoff or Backoff()
     loop = asyncio.get_running_loop()
     while not stop.is_set():
+        url = next(urls)
         started = loop.time()
         try:
             await session(daemon, url, stop)
@@ -639,7 +643,7 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
-def run_until_signalled(daemon: Daemon, gateway: str, telemetry: Telemetry | None = None) -> None:
+def run_until_signalled(daemon: Daemon, gateways: Sequence[str], telemetry: Telemetry | None = None) -> None:
     """The session until a signal; `telemetry` pushes beside it, in a task of its own, whether or not
     a gateway answers (P8: metrics never travel on the session)."""
     daemon.warn_other_specs()
@@ -647,7 +651,7 @@ def run_until_signalled(daemon: Daemon, gateway: str, telemetry: Telemetry | Non
     async def main() -> None:
         pushing = asyncio.create_task(telemetry.run()) if telemetry else None
         try:
-            await run(daemon, gateway, stop_on_signals())
+            await run(daemon, gateways, stop_on_signals())
         finally:
             if pushing:
                 pushing.cancel()
