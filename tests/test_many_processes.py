@@ -1,8 +1,9 @@
 """Many processes against one database (issue 18 part 3, architecture.md §16): two API relays, two
 gateways, two workers and three `bcd` daemons (fake driver from the real H200 capture), every one a
 real process. Each daemon names both gateways (`bcd run --gateway A --gateway B`); two hold their
-session on gateway A, one on gateway B. Gateway A is killed with SIGKILL while a reservation for each
-of its nodes and a command for each are made through the relays:
+session on gateway A, one on gateway B. Gateway A is killed with SIGKILL; before its nodes can dial
+again (they are paused with SIGSTOP around it), a reservation for each of them and a command for
+each are made through the relays:
 
 - its nodes hold a new session on gateway B within the session timeout (compute.limits), with a newer
   epoch, and the epoch they had is FENCED;
@@ -13,13 +14,15 @@ of its nodes and a command for each are made through the relays:
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TypeVar
@@ -57,6 +60,18 @@ def together(stack: ExitStack, contexts: Sequence[AbstractContextManager[T]]) ->
                 leaving.result()
     stack.callback(leave_all)
     return [future.result() for future in entering]
+
+
+@contextmanager
+def paused(processes: Sequence[subprocess.Popen[bytes]]) -> Iterator[None]:
+    """The processes stopped (SIGSTOP) inside the block, continued (SIGCONT) after it."""
+    for process in processes:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGCONT)
 
 
 def call(relay: Relay, method: str, document: dict[str, object]) -> dict[str, object]:
@@ -128,13 +143,16 @@ def test_a_killed_gateways_nodes_move_to_the_other_and_lose_nothing(db_dsn: str,
         epochs_before = {node.node_id: session_of(sql, node)[1] for node in moving}  # type: ignore[index]
         sql.execute("SELECT ops.node_cordon('gpu-node-03', 'the reservations below go to the moving nodes')")
 
-        killed_at = time.monotonic()
-        gateway_a.server.process.kill()
-        end = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
-        reservations = [call(relays[number], "reservations.create", {"pool_id": pool, "shape": "gpu", "count": 1, "end": end})
-                        for number in range(2)]
-        commands = [call(relays[number], "nodes.command", {"node_id": str(node.node_id), "kind": "collect_inventory"})
-                    for number, node in enumerate(moving)]
+        # A's nodes are paused (SIGSTOP) from before the kill until the spec changes and commands are
+        # made, so these are made while the nodes hold no session anywhere: they must not be lost.
+        with paused([daemons[node.hostname].process for node in moving]):
+            killed_at = time.monotonic()
+            gateway_a.server.process.kill()
+            end = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+            reservations = [call(relays[number], "reservations.create", {"pool_id": pool, "shape": "gpu", "count": 1, "end": end})
+                            for number in range(2)]
+            commands = [call(relays[number], "nodes.command", {"node_id": str(node.node_id), "kind": "collect_inventory"})
+                        for number, node in enumerate(moving)]
 
         session_timeout = sql.execute("SELECT compute.limit('session_timeout_seconds')").fetchone()[0]
         for node in moving:
