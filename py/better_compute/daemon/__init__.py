@@ -132,7 +132,7 @@ def vps_hypervisor(uri: str, directory: Path, images: Path) -> "Hypervisor":
 @app.command("run")
 def run_command(
     gateways: list[str] = typer.Option(
-        ..., "--gateway", callback=gateway_urls, help="The gateway, wss://HOST:PORT. Repeat it to name several: the "
+        ..., "--gateway", callback=gateway_urls, metavar="URL", help="The gateway, wss://HOST:PORT. Repeat it to name several: the "
                                                       "session moves to the next one (in turn) whenever one ends or "
                                                       "cannot be opened."),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help=STATE_HELP),
@@ -152,7 +152,7 @@ def run_command(
     vm_images: Path = typer.Option(Path("/var/lib/better-compute/images"), help="Where the VM images (raw) are."),
     vm_dir: Path = typer.Option(Path("/var/lib/better-compute/instances"), help="Where the VMs' disks and seeds go."),
 ) -> None:
-    """Hold a session with the gateway until SIGTERM or SIGINT.
+    """Hold a session with a gateway (the next one named, when one fails) until SIGTERM or SIGINT.
 
     Converges the CDI file and each GPU's MIG layout to each signed spec, reports GPU health, runs
     each signed command once, renews the SVID, and pushes GPU metrics to --metrics-url when given."""
