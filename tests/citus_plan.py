@@ -6,7 +6,7 @@ The plan is one data file, tests/fixtures/citus/tables.toml: which tables are di
 "Distributing tables", "Table types"):
 
 - a distributed table has the distribution column, and each primary key, unique constraint, unique
-  index and exclusion constraint of it includes that column;
+  index and exclusion constraint of it includes that column (an exclusion constraint with `=`);
 - a foreign key of a distributed table points at a reference table, or at a distributed table
   through the distribution column on both sides (co-located: site_id to site_id);
 - a reference or local table has no foreign key to a distributed table.
@@ -36,12 +36,18 @@ SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname),
 """
 
 # Every key (primary, unique, exclusion, and unique indexes that back no constraint) and foreign key:
-# its table, name, kind, whether it includes the column, the table it references, and whether the
-# reference pairs the column with the same column on the other side.
+# its table, name, kind, whether it includes the column (an exclusion constraint: compared with =),
+# the table it references, and whether the reference pairs the column with the same column on the
+# other side.
 KEYS = """
 SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname), con.conname, con.contype,
-       EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS a
-                WHERE a.attrelid = con.conrelid AND a.attname = %(column)s AND a.attnum = ANY (con.conkey)),
+       CASE WHEN con.contype = 'x' THEN EXISTS (
+           SELECT 1 FROM ROWS FROM (pg_catalog.unnest(con.conkey), pg_catalog.unnest(con.conexclop)) AS k (col, op)
+             JOIN pg_catalog.pg_attribute AS a ON a.attrelid = con.conrelid AND a.attnum = k.col
+             JOIN pg_catalog.pg_operator AS o ON o.oid = k.op
+            WHERE a.attname = %(column)s AND o.oprname = '=')
+       ELSE EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS a
+                     WHERE a.attrelid = con.conrelid AND a.attname = %(column)s AND a.attnum = ANY (con.conkey)) END,
        CASE WHEN con.contype = 'f' THEN pg_catalog.format('%%I.%%I', fn.nspname, fc.relname) END,
        con.contype = 'f' AND EXISTS (
            SELECT 1 FROM ROWS FROM (pg_catalog.unnest(con.conkey), pg_catalog.unnest(con.confkey)) AS k (col, fcol)

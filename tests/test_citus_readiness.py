@@ -28,6 +28,9 @@ CREATE TABLE scratch.conditions (
     device_id uuid CONSTRAINT conditions_device_fkey REFERENCES scratch.devices,
     site_id   uuid NOT NULL);
 CREATE TABLE scratch.flags (node_id uuid, flag text);
+CREATE TABLE scratch.bookings (site_id uuid, device_id uuid, during tstzrange,
+    CONSTRAINT bookings_exclusive EXCLUDE USING gist (site_id WITH =, device_id WITH =, during WITH &&),
+    CONSTRAINT bookings_elsewhere EXCLUDE USING gist (site_id WITH <>, device_id WITH =, during WITH &&));
 CREATE TABLE scratch.queue (node_id uuid, site_id uuid,
     CONSTRAINT queue_node_fkey FOREIGN KEY (node_id, site_id) REFERENCES scratch.nodes (node_id, site_id));
 CREATE TABLE scratch.forgotten (id int);
@@ -53,7 +56,8 @@ def test_the_schema_keeps_to_the_citus_plan(sql: psycopg.Connection) -> None:
 def test_the_check_flags_keys_and_references_without_site_id(sql: psycopg.Connection) -> None:
     sql.execute(SCRATCH)
     plan = Plan({"scratch.sites": "reference", "scratch.nodes": "distributed", "scratch.devices": "distributed",
-                 "scratch.conditions": "distributed", "scratch.flags": "distributed", "scratch.queue": "local"},
+                 "scratch.conditions": "distributed", "scratch.flags": "distributed", "scratch.queue": "local",
+                 "scratch.bookings": "distributed"},
                 {})
     assert breaches(sql, plan, ["scratch"]) == {
         "scratch.nodes": {"nodes_name_key"},                  # a unique constraint without site_id
@@ -61,5 +65,6 @@ def test_the_check_flags_keys_and_references_without_site_id(sql: psycopg.Connec
         "scratch.conditions": {"conditions_device_fkey"},     # a reference to a distributed table not by site_id
         "scratch.flags": {NO_COLUMN},                         # no distribution column at all
         "scratch.queue": {"queue_node_fkey"},                 # a local table referencing a distributed one
+        "scratch.bookings": {"bookings_elsewhere"},           # an exclusion constraint on site_id, not by =
         "scratch.forgotten": {"in no list"},
     }
