@@ -44,7 +44,7 @@ from websockets.asyncio.client import connect
 from better_compute.daemon import app
 from better_compute.daemon.drivers import InventoryError, fake
 from better_compute.daemon.journal import Journal
-from better_compute.daemon.runtime import Backoff, Daemon, endpoint, renew
+from better_compute.daemon.runtime import Backoff, Daemon, endpoint, renew, run
 from better_compute.daemon.state import CERT_FILE, KEY_FILE, NodeState, NotJoined
 from better_compute.nodeproto import (FENCED, INVENTORY_REPORT, OBSERVED_REPORT, RESULT_REPORT, SESSION_PATH,
                                       Certificate, Command, Error, Hello, Inventory, Joined, Message, Observed, Renew,
@@ -436,6 +436,29 @@ def test_backoff_is_exponential_with_full_jitter_up_to_a_cap() -> None:
     assert all(low == 0 for low, _ in draws)
     backoff.reset()
     assert backoff.next() == 0.5
+
+
+def test_run_dials_the_gateways_in_turn(node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    """`bcd run --gateway A --gateway B`: each try after a failed one goes to the next gateway (two
+    ports on this machine where nothing listens: each dial is refused at once)."""
+    gateways = ["wss://127.0.0.1:1", "wss://127.0.0.1:2"]
+
+    def dialled() -> list[str]:
+        return [record.args[0] for record in caplog.records if record.msg.startswith("cannot hold a session with")]
+
+    async def three_tries() -> None:
+        stop = asyncio.Event()
+        running = asyncio.create_task(run(node.daemon(), gateways, stop, Backoff(base=0.01, cap=0.01)))
+        async with asyncio.timeout(SECONDS):
+            while len(dialled()) < 3:
+                await asyncio.sleep(0.01)
+        stop.set()
+        await running
+
+    caplog.set_level(logging.WARNING, logger="better_compute.daemon.runtime")
+    asyncio.run(three_tries())
+    assert dialled()[:3] == [endpoint(gateways[0], SESSION_PATH), endpoint(gateways[1], SESSION_PATH),
+                             endpoint(gateways[0], SESSION_PATH)]
 
 
 def test_the_session_asks_for_a_new_certificate_once_due(node: Node) -> None:
