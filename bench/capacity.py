@@ -465,13 +465,9 @@ def measure(workload: str, clients: int, client: Callable[[int, float, ClientTal
 
 
 def keep_loaded_state(cluster: embedded.Cluster) -> None:
-    """The loaded fleet and history become the template LOADED_DBNAME (a file copy, a second or two).
-
-    A template must have no session, and the migration runner's (yoyo) connection to DBNAME stays
-    open, idle, until Python collects it: end such leftovers first."""
+    """The loaded fleet and history become the template LOADED_DBNAME (a file copy, a second or two;
+    a template must have no session: every connection of the bench and of migrate() is closed)."""
     with psycopg.connect(cluster.conninfo("postgres"), autocommit=True) as conn:
-        conn.execute("SELECT pg_catalog.pg_terminate_backend(pid, 5000) FROM pg_catalog.pg_stat_activity WHERE datname = %s",
-                     (DBNAME,))
         conn.execute(f"CREATE DATABASE {LOADED_DBNAME} TEMPLATE {DBNAME}")
 
 
