@@ -43,6 +43,26 @@ CREATE TABLE compute.work_periodic (
 );
 COMMENT ON TABLE compute.work_periodic IS 'Kinds that run again `every` after they complete (sweeps, exports, checkpoints).';
 
+-- Content-free wake-ups (bc_work, bc_outbox) are hints, sent by one transaction at a time. NOTIFY
+-- takes a cluster-wide lock at commit and holds it through the commit's WAL flush, so transactions
+-- that all notify commit one after another. The gate is an advisory lock, tried and never waited for,
+-- held to the end of the transaction like NOTIFY's: the transaction that holds it notifies; one that
+-- finds it taken skips, since the holder's notification is on its way. Listeners re-read after each
+-- notification and once more a moment later (the skipper may commit after the holder), and poll
+-- besides, so a skipped hint only delays (P1). Lock order: this lock is taken last and never waited for.
+CREATE FUNCTION compute.wake(p_channel text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('notify-gate', 0)) THEN
+        PERFORM pg_catalog.pg_notify(p_channel, '');  -- identical notifications of one transaction are sent once
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.wake(text) IS
+    'Content-free NOTIFY on p_channel, unless another transaction holds the wake-up gate (its notification wakes the listeners).';
+
 CREATE FUNCTION compute.work_poke(p_kind text, p_key text, p_payload jsonb DEFAULT '{}', p_run_at timestamptz DEFAULT NULL,
                                   p_priority integer DEFAULT 0)
 RETURNS bigint
@@ -68,12 +88,12 @@ BEGIN
             repoke = w.state = 'running',
             updated_at = v_now
     RETURNING w.work_id INTO v_work_id;
-    PERFORM pg_catalog.pg_notify('bc_work', '');
+    PERFORM compute.wake('bc_work');
     RETURN v_work_id;
 END
 $$;
 COMMENT ON FUNCTION compute.work_poke(text, text, jsonb, timestamptz, integer) IS
-    'Queue work for (kind, key), coalesced with live work for the same key; NOTIFY bc_work (content-free).';
+    'Queue work for (kind, key), coalesced with live work for the same key; wake bc_work (compute.wake).';
 
 CREATE TYPE compute.work_claim AS (work_id bigint, kind text, key text, payload jsonb, attempts integer, lease_epoch bigint,
                                    lease_expires_at timestamptz);
@@ -247,7 +267,7 @@ BEGIN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no dead work item %s without live work for its key', p_work_id),
             'List dead items in ops.work_dead; an item whose key has live work is already being retried.');
     END IF;
-    PERFORM pg_catalog.pg_notify('bc_work', '');
+    PERFORM compute.wake('bc_work');
 END
 $$;
 COMMENT ON FUNCTION compute.work_retry(bigint) IS 'Operator: put a dead item back in the queue with fresh attempts.';

@@ -6,8 +6,9 @@
 -- started earlier but commits later than another is never skipped: the reader waits for it. (The
 -- price: a transaction that stays open holds delivery back.) Each aggregate (a reservation, a
 -- node) numbers its events 1, 2, 3, … without gaps: the counter row is updated in the writing
--- transaction and rolls back with it. Each transaction sends one content-free NOTIFY bc_outbox;
--- readers re-query, and poll as well, so a lost NOTIFY only delays.
+-- transaction and rolls back with it. A transaction pokes readers with at most one content-free
+-- NOTIFY bc_outbox, and only while no other holds the wake-up gate (compute.wake); readers
+-- re-query, and poll as well, so a skipped or lost NOTIFY only delays.
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.outbox (
@@ -60,7 +61,7 @@ BEGIN
     RETURNING s.last_seq INTO v_seq;
     INSERT INTO compute.outbox (tenant_id, aggregate_type, aggregate_id, aggregate_seq, event_type, payload, occurred_at)
     VALUES (p_tenant_id, p_aggregate_type, p_aggregate_id, v_seq, p_event_type, v_payload, compute.compute_now());
-    PERFORM pg_catalog.pg_notify('bc_outbox', '');  -- identical notifications of one transaction are sent once
+    PERFORM compute.wake('bc_outbox');
 END
 $$;
 COMMENT ON FUNCTION compute.outbox_emit(uuid, text, text, text, jsonb) IS 'Write one event of an aggregate, numbered in sequence, and poke readers.';

@@ -1,5 +1,5 @@
 """The outbox with real concurrent sessions: readers never skip a late commit, per-aggregate sequences
-have no gaps, and each transaction pokes listeners once."""
+have no gaps, each transaction pokes listeners at most once, and only one at a time pokes."""
 
 from __future__ import annotations
 
@@ -106,3 +106,22 @@ def test_a_transaction_notifies_once(session: Session) -> None:
     writer.commit()
     notifies = list(listener.notifies(timeout=0.5))
     assert [(n.channel, n.payload) for n in notifies] == [("bc_outbox", "")] * 2  # two commits, one poke each
+
+
+def test_one_transaction_at_a_time_sends_the_hint(session: Session, reader: Reader) -> None:
+    """NOTIFY holds a cluster-wide lock through commit: a transaction that writes events while another
+    one holds the hint commits without notifying (the hinter's notification wakes readers, who then
+    find both), so writers never queue behind each other's notification."""
+    listener = session(autocommit=True)
+    listener.execute("LISTEN bc_outbox")
+    hinter, other = session(), session()
+    emit(hinter, "agg-gate", by="hinter")
+    emit(other, "agg-gate-other", by="other")
+    other.commit()
+    assert list(listener.notifies(timeout=0.5)) == []
+    hinter.commit()
+    assert [(n.channel, n.payload) for n in listener.notifies(timeout=0.5)] == [("bc_outbox", "")]
+    assert sorted(reader.read()) == ["hinter", "other"]
+    emit(other, "agg-gate-other", by="other again")  # the gate is free again: this one hints
+    other.commit()
+    assert len(list(listener.notifies(timeout=0.5))) == 1
