@@ -1,13 +1,14 @@
 """Committing throughput with NOTIFY (`make bench`; a measurement, not a test).
 
 NOTIFY takes a cluster-wide lock at commit and holds it through the commit's WAL flush, so
-transactions that all notify commit one at a time (issue 16). Content-free wake-ups now go through
-compute.wake (sql/400_work.sql): one transaction at a time notifies, the others skip. In one
+transactions that all notify commit one at a time (issue 16). Content-free wake-ups are now sent by
+compute.wake_at_commit, a deferred trigger (sql/400_work.sql): one committing transaction at a time
+notifies, the others skip. In one
 throwaway cluster with fsync ON (the schema migrated first, with fsync off, then the server restarted),
 pgbench runs one-statement transactions at 1, 2, 8 and 16 clients:
   - commit: one row inserted;
   - + NOTIFY (before): the row and pg_notify, what every outbox and work-queue writer did;
-  - + compute.wake (after): the row and the gated hint, what they do now;
+  - + wake_at_commit (after): the row, into a table with the gated hint's trigger, what they do now;
   - outbox_emit (after): the real outbox write (an event, its aggregate's counter, the hint).
 The workloads take turns at each client count (the load of the machine changes under all of them
 alike). One session LISTENs on the channels throughout, as workers and relays do. Prints the curve
@@ -39,13 +40,17 @@ CLIENT_COUNTS = (1, 2, 8, 16)
 RUN_SECONDS = int(os.environ.get("BENCH_NOTIFY_SECONDS", "5"))
 TARGET_WAKE_TO_COMMIT_AT_16 = 0.8  # "not flat-lined by NOTIFY": within 20% of committing without it
 
-SETUP = "CREATE TABLE bench_commits (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz DEFAULT now())"
+SETUP = """
+CREATE TABLE bench_commits (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz DEFAULT now());
+CREATE TABLE bench_commits_woken (LIKE bench_commits INCLUDING ALL);
+CREATE CONSTRAINT TRIGGER bench_wake AFTER INSERT ON bench_commits_woken DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION compute.wake_at_commit('bc_outbox');
+"""
 WORKLOADS = {
     "commit": "INSERT INTO bench_commits DEFAULT VALUES;",
     "+ NOTIFY (before)": "WITH i AS (INSERT INTO bench_commits DEFAULT VALUES RETURNING id) "
                          "SELECT pg_catalog.pg_notify('bc_outbox', '') FROM i;",
-    "+ compute.wake (after)": "WITH i AS (INSERT INTO bench_commits DEFAULT VALUES RETURNING id) "
-                              "SELECT compute.wake('bc_outbox') FROM i;",
+    "+ wake_at_commit (after)": "INSERT INTO bench_commits_woken DEFAULT VALUES;",
     "outbox_emit (after)": "\\set agg random(1, 1000000)\n"
                            "SELECT compute.outbox_emit(NULL, 'bench', :agg::text, 'bench.tick', '{}');",
 }
@@ -81,7 +86,7 @@ def curve(cluster: embedded.Cluster) -> dict[str, dict[int, float]]:
 
 def targets(rates: dict[str, dict[int, float]]) -> list[dict[str, object]]:
     top = max(CLIENT_COUNTS)
-    wake, notify, plain = (rates[name][top] for name in ("+ compute.wake (after)", "+ NOTIFY (before)", "commit"))
+    wake, notify, plain = (rates[name][top] for name in ("+ wake_at_commit (after)", "+ NOTIFY (before)", "commit"))
     return [{"name": f"with fsync on, at {top} clients, committing is not flat-lined by NOTIFY",
              "measured": f"commits with the hint {wake:.0f}/s = {wake / plain:.2f} x commits without "
                          f"({plain:.0f}/s); with a plain NOTIFY {notify:.0f}/s = {notify / plain:.2f} x",

@@ -1,5 +1,5 @@
 -- Deploy better_compute:wake_gate to pg
--- Content-free wake-ups (bc_work, bc_outbox) through compute.wake: one transaction at a time notifies (a tried advisory lock), so committing writers no longer queue behind NOTIFY's commit lock
+-- Content-free wake-ups (bc_work, bc_outbox) sent at commit by deferred triggers (compute.wake_at_commit), one committing transaction at a time (a tried advisory lock), so committing writers no longer queue behind NOTIFY's commit lock
 -- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
@@ -26,22 +26,24 @@ BEGIN
     RETURNING s.last_seq INTO v_seq;
     INSERT INTO compute.outbox (tenant_id, aggregate_type, aggregate_id, aggregate_seq, event_type, payload, occurred_at)
     VALUES (p_tenant_id, p_aggregate_type, p_aggregate_id, v_seq, p_event_type, v_payload, compute.compute_now());
-    PERFORM compute.wake('bc_outbox');
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION compute.wake(p_channel text)
- RETURNS void
+COMMENT ON FUNCTION compute.outbox_emit(uuid,text,text,text,jsonb) IS 'Write one event of an aggregate, numbered in sequence (readers are poked at commit: outbox_wake).';
+
+CREATE OR REPLACE FUNCTION compute.wake_at_commit()
+ RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 BEGIN
     IF pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('notify-gate', 0)) THEN
-        PERFORM pg_catalog.pg_notify(p_channel, '');  -- identical notifications of one transaction are sent once
+        PERFORM pg_catalog.pg_notify(TG_ARGV[0], '');  -- identical notifications of one transaction are sent once
     END IF;
+    RETURN NULL;
 END
 $function$;
 
-COMMENT ON FUNCTION compute.wake(text) IS 'Content-free NOTIFY on p_channel, unless another transaction holds the wake-up gate (its notification wakes the listeners).';
+COMMENT ON FUNCTION compute.wake_at_commit() IS 'Deferred trigger: content-free NOTIFY on channel TG_ARGV[0] at commit, unless another committing transaction holds the wake-up gate.';
 
 CREATE OR REPLACE FUNCTION compute.work_poke(p_kind text, p_key text, p_payload jsonb DEFAULT '{}'::jsonb, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_priority integer DEFAULT 0)
  RETURNS bigint
@@ -67,12 +69,11 @@ BEGIN
             repoke = w.state = 'running',
             updated_at = v_now
     RETURNING w.work_id INTO v_work_id;
-    PERFORM compute.wake('bc_work');
     RETURN v_work_id;
 END
 $function$;
 
-COMMENT ON FUNCTION compute.work_poke(text,text,jsonb,timestamp with time zone,integer) IS 'Queue work for (kind, key), coalesced with live work for the same key; wake bc_work (compute.wake).';
+COMMENT ON FUNCTION compute.work_poke(text,text,jsonb,timestamp with time zone,integer) IS 'Queue work for (kind, key), coalesced with live work for the same key; bc_work is notified at commit (work_wake).';
 
 CREATE OR REPLACE FUNCTION compute.work_retry(p_work_id bigint)
  RETURNS void
@@ -88,8 +89,14 @@ BEGIN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no dead work item %s without live work for its key', p_work_id),
             'List dead items in ops.work_dead; an item whose key has live work is already being retried.');
     END IF;
-    PERFORM compute.wake('bc_work');
 END
 $function$;
+
+-- By hand (the tool lists triggers): the deferred triggers that send the wake-ups at commit.
+CREATE CONSTRAINT TRIGGER work_wake AFTER INSERT OR UPDATE OF state, run_at ON compute.work DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.state = 'pending') EXECUTE FUNCTION compute.wake_at_commit('bc_work');
+
+CREATE CONSTRAINT TRIGGER outbox_wake AFTER INSERT ON compute.outbox DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION compute.wake_at_commit('bc_outbox');
 
 COMMIT;

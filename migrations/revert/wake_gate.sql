@@ -1,5 +1,5 @@
 -- Revert better_compute:wake_gate from pg
--- Content-free wake-ups (bc_work, bc_outbox) through compute.wake: one transaction at a time notifies (a tried advisory lock), so committing writers no longer queue behind NOTIFY's commit lock
+-- Content-free wake-ups (bc_work, bc_outbox) sent at commit by deferred triggers (compute.wake_at_commit), one committing transaction at a time (a tried advisory lock), so committing writers no longer queue behind NOTIFY's commit lock
 -- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
@@ -7,8 +7,6 @@ BEGIN;
 SET LOCAL ROLE bc_owner;
 
 SET LOCAL check_function_bodies = off;
-
-DROP FUNCTION compute.wake(text);
 
 CREATE OR REPLACE FUNCTION compute.outbox_emit(p_tenant_id uuid, p_aggregate_type text, p_aggregate_id text, p_event_type text, p_payload jsonb)
  RETURNS void
@@ -31,6 +29,8 @@ BEGIN
     PERFORM pg_catalog.pg_notify('bc_outbox', '');  -- identical notifications of one transaction are sent once
 END
 $function$;
+
+COMMENT ON FUNCTION compute.outbox_emit(uuid,text,text,text,jsonb) IS 'Write one event of an aggregate, numbered in sequence, and poke readers.';
 
 CREATE OR REPLACE FUNCTION compute.work_poke(p_kind text, p_key text, p_payload jsonb DEFAULT '{}'::jsonb, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_priority integer DEFAULT 0)
  RETURNS bigint
@@ -80,5 +80,12 @@ BEGIN
     PERFORM pg_catalog.pg_notify('bc_work', '');
 END
 $function$;
+
+-- By hand: the triggers go before their function.
+DROP TRIGGER outbox_wake ON compute.outbox;
+
+DROP TRIGGER work_wake ON compute.work;
+
+DROP FUNCTION compute.wake_at_commit();
 
 COMMIT;
