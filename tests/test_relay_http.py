@@ -388,7 +388,7 @@ def test_watch_is_woken_by_notify_not_only_by_polling(db_dsn: str, iam_file: Pat
 
 
 def test_a_notification_wakes_the_streams_again_a_moment_later(db_dsn: str, db: psycopg.Connection) -> None:
-    """One writer at a time notifies (compute.wake); those that skipped may commit just after it, so
+    """One committing writer at a time notifies (compute.wake_at_commit); those that skipped may finish just after it, so
     a notification wakes every stream at once and once more without another notification or a poll."""
     async def woken_twice() -> bool:
         notifier = Notifier(AsyncDatabase(db_dsn))

@@ -233,7 +233,7 @@ def test_sigterm_gives_up_after_the_grace_period_and_the_lease_is_left_to_expire
 
 
 def test_a_notification_wakes_the_worker_again_a_moment_later(pg: psycopg.Connection, wdb: Database) -> None:
-    """One writer at a time notifies (compute.wake); those that skipped may commit just after it, so
+    """One committing writer at a time notifies (compute.wake_at_commit); those that skipped may finish just after it, so
     a notification wakes the worker at once and once more without another notification or a poll."""
     listener = Listener(wdb, threading.Event(), poll_seconds=30)
     listener.start()

@@ -1,7 +1,7 @@
 """GET /api/compute/watch: a tenant's events as Server-Sent Events (docs/architecture.md §9).
 
 One `Notifier` per relay LISTENs on `bc_outbox` (a content-free NOTIFY from one transaction at a
-time that wrote events: compute.wake) and wakes every stream, which re-reads `api.events` after its
+time that wrote events: compute.wake_at_commit) and wakes every stream, which re-reads `api.events` after its
 cursor, at once and again LOOK_AGAIN_SECONDS later (for writers that committed just after the one
 that notified); each stream also polls, so a lost notification or a dropped LISTEN connection only delays.
 

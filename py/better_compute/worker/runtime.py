@@ -10,8 +10,9 @@ handler fails as UNSUPPORTED (P11), so it backs off instead of spinning. A FENCE
 another worker took the item over after our lease expired: the result is dropped and logged.
 
 Wake-ups: LISTEN bc_work (new work) and bc_outbox (new events: outbox.fan_out is poked to run
-now), each notification followed by a second wake-up LOOK_AGAIN_SECONDS later (one writer at a time
-notifies: compute.wake); the loop also polls every `poll_seconds`, so a lost notification only delays (P1).
+now), each notification followed by a second wake-up LOOK_AGAIN_SECONDS later (one committing
+transaction at a time notifies: compute.wake_at_commit); the loop also polls every `poll_seconds`,
+so a lost notification only delays (P1).
 
 Stopping (SIGTERM/SIGINT through `run_until_signalled`): no more claims; running handlers get
 `grace_seconds` to finish while their leases are still renewed; then the worker returns anyway.
