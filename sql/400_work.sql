@@ -43,6 +43,32 @@ CREATE TABLE compute.work_periodic (
 );
 COMMENT ON TABLE compute.work_periodic IS 'Kinds that run again `every` after they complete (sweeps, exports, checkpoints).';
 
+-- Content-free wake-ups (bc_work, bc_outbox) are hints, sent at commit by one transaction at a
+-- time. NOTIFY takes a cluster-wide lock at commit and holds it through the commit's WAL flush, so
+-- transactions that all notify commit one after another. compute.wake_at_commit runs as a deferred
+-- constraint trigger, i.e. as its transaction commits: it tries an advisory lock (never waits for
+-- it), held to the end of the transaction like NOTIFY's; the transaction that gets it notifies, one
+-- that finds it taken is committing alongside the holder and skips. Listeners re-read after each
+-- notification and once more a moment later (the skipper may finish its commit just after the
+-- holder), and poll besides, so a skipped hint only delays (P1). The lock is taken last, at commit,
+-- and never waited for: it is outside the lock order.
+CREATE FUNCTION compute.wake_at_commit()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('notify-gate', 0)) THEN
+        PERFORM pg_catalog.pg_notify(TG_ARGV[0], '');  -- identical notifications of one transaction are sent once
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.wake_at_commit() IS
+    'Deferred trigger: content-free NOTIFY on channel TG_ARGV[0] at commit, unless another committing transaction holds the wake-up gate.';
+-- Work that can be claimed now or later (poked, retried, back to pending) wakes workers at commit.
+CREATE CONSTRAINT TRIGGER work_wake AFTER INSERT OR UPDATE OF state, run_at ON compute.work DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.state = 'pending') EXECUTE FUNCTION compute.wake_at_commit('bc_work');
+
 CREATE FUNCTION compute.work_poke(p_kind text, p_key text, p_payload jsonb DEFAULT '{}', p_run_at timestamptz DEFAULT NULL,
                                   p_priority integer DEFAULT 0)
 RETURNS bigint
@@ -68,12 +94,11 @@ BEGIN
             repoke = w.state = 'running',
             updated_at = v_now
     RETURNING w.work_id INTO v_work_id;
-    PERFORM pg_catalog.pg_notify('bc_work', '');
     RETURN v_work_id;
 END
 $$;
 COMMENT ON FUNCTION compute.work_poke(text, text, jsonb, timestamptz, integer) IS
-    'Queue work for (kind, key), coalesced with live work for the same key; NOTIFY bc_work (content-free).';
+    'Queue work for (kind, key), coalesced with live work for the same key; bc_work is notified at commit (work_wake).';
 
 CREATE TYPE compute.work_claim AS (work_id bigint, kind text, key text, payload jsonb, attempts integer, lease_epoch bigint,
                                    lease_expires_at timestamptz);
@@ -247,7 +272,6 @@ BEGIN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no dead work item %s without live work for its key', p_work_id),
             'List dead items in ops.work_dead; an item whose key has live work is already being retried.');
     END IF;
-    PERFORM pg_catalog.pg_notify('bc_work', '');
 END
 $$;
 COMMENT ON FUNCTION compute.work_retry(bigint) IS 'Operator: put a dead item back in the queue with fresh attempts.';

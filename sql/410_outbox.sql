@@ -6,8 +6,10 @@
 -- started earlier but commits later than another is never skipped: the reader waits for it. (The
 -- price: a transaction that stays open holds delivery back.) Each aggregate (a reservation, a
 -- node) numbers its events 1, 2, 3, … without gaps: the counter row is updated in the writing
--- transaction and rolls back with it. Each transaction sends one content-free NOTIFY bc_outbox;
--- readers re-query, and poll as well, so a lost NOTIFY only delays.
+-- transaction and rolls back with it. A transaction pokes readers at commit with at most one
+-- content-free NOTIFY bc_outbox, and only while no other committing transaction holds the wake-up
+-- gate (compute.wake_at_commit); readers re-query, and poll as well, so a skipped or lost NOTIFY
+-- only delays.
 SET LOCAL ROLE bc_owner;
 
 CREATE TABLE compute.outbox (
@@ -25,6 +27,8 @@ CREATE TABLE compute.outbox (
 CREATE INDEX outbox_order ON compute.outbox (xid, event_id);
 CREATE INDEX outbox_tenant_order ON compute.outbox (tenant_id, xid, event_id);
 COMMENT ON TABLE compute.outbox IS 'One event per change, written in the changing transaction; read in (xid, event_id) order below xmin.';
+CREATE CONSTRAINT TRIGGER outbox_wake AFTER INSERT ON compute.outbox DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION compute.wake_at_commit('bc_outbox');
 
 CREATE TABLE compute.outbox_sequences (
     aggregate_type text NOT NULL,
@@ -60,10 +64,9 @@ BEGIN
     RETURNING s.last_seq INTO v_seq;
     INSERT INTO compute.outbox (tenant_id, aggregate_type, aggregate_id, aggregate_seq, event_type, payload, occurred_at)
     VALUES (p_tenant_id, p_aggregate_type, p_aggregate_id, v_seq, p_event_type, v_payload, compute.compute_now());
-    PERFORM pg_catalog.pg_notify('bc_outbox', '');  -- identical notifications of one transaction are sent once
 END
 $$;
-COMMENT ON FUNCTION compute.outbox_emit(uuid, text, text, text, jsonb) IS 'Write one event of an aggregate, numbered in sequence, and poke readers.';
+COMMENT ON FUNCTION compute.outbox_emit(uuid, text, text, text, jsonb) IS 'Write one event of an aggregate, numbered in sequence (readers are poked at commit: outbox_wake).';
 
 CREATE TYPE compute.outbox_event AS (event_id bigint, xid xid8, tenant_id uuid, aggregate_type text, aggregate_id text,
                                      aggregate_seq bigint, event_type text, payload jsonb, occurred_at timestamptz);

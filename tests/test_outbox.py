@@ -1,5 +1,5 @@
 """The outbox with real concurrent sessions: readers never skip a late commit, per-aggregate sequences
-have no gaps, and each transaction pokes listeners once."""
+have no gaps, each transaction pokes listeners at most once, and only one at a time pokes."""
 
 from __future__ import annotations
 
@@ -106,3 +106,37 @@ def test_a_transaction_notifies_once(session: Session) -> None:
     writer.commit()
     notifies = list(listener.notifies(timeout=0.5))
     assert [(n.channel, n.payload) for n in notifies] == [("bc_outbox", "")] * 2  # two commits, one poke each
+
+
+GATE = "SELECT pg_advisory_xact_lock(hashtextextended('notify-gate', 0))"  # compute.wake_at_commit's
+
+
+def test_one_committing_transaction_at_a_time_sends_the_hint(session: Session, reader: Reader) -> None:
+    """NOTIFY holds a cluster-wide lock through commit: a writer that commits while another committing
+    transaction holds the wake-up gate (here a session holding it) commits without notifying (the
+    holder's notification wakes readers, who then find both), so writers never queue behind each
+    other's notification."""
+    listener = session(autocommit=True)
+    listener.execute("LISTEN bc_outbox")
+    holder, writer = session(), session()
+    holder.execute(GATE)
+    emit(writer, "agg-gate", by="skipped")
+    writer.commit()
+    assert list(listener.notifies(timeout=0.5)) == []
+    assert reader.read() == ["skipped"]
+    holder.rollback()  # the gate is free again: the next writer notifies
+    emit(writer, "agg-gate", by="hinted")
+    writer.commit()
+    assert [(n.channel, n.payload) for n in listener.notifies(timeout=0.5)] == [("bc_outbox", "")]
+
+
+def test_an_open_writer_does_not_hold_the_hint_back(session: Session) -> None:
+    """The gate is taken as a transaction commits, not when it writes: one left open after writing
+    events keeps no other writer from notifying."""
+    listener = session(autocommit=True)
+    listener.execute("LISTEN bc_outbox")
+    open_writer, writer = session(), session()
+    emit(open_writer, "agg-open", by="open")
+    emit(writer, "agg-open-other", by="other")
+    writer.commit()
+    assert [(n.channel, n.payload) for n in listener.notifies(timeout=0.5)] == [("bc_outbox", "")]

@@ -32,6 +32,7 @@ from better_compute.db import AsyncDatabase
 from better_compute.errors import ContractError
 from better_compute.relay.inbound import HTTP_BODY_BYTES
 from better_compute.relay.protocol import HttpBounds
+from better_compute.relay.sse import Notifier
 from fleet import H200_MODEL, h200_inventory
 from iam_server import IamServer, statement, write_static_iam
 from test_errors import FLAKY
@@ -384,6 +385,30 @@ def test_watch_is_woken_by_notify_not_only_by_polling(db_dsn: str, iam_file: Pat
             relay.data("sites.create", {"name": "live"}, ALICE, TENANT)
             assert read_events(response, 1)[0][1]["payload"]["name"] == "live"
             assert time.monotonic() - started < 30  # long before the next poll
+
+
+def test_a_notification_wakes_the_streams_again_a_moment_later(db_dsn: str, db: psycopg.Connection) -> None:
+    """One committing writer at a time notifies (compute.wake_at_commit); those that skipped may finish just after it, so
+    a notification wakes every stream at once and once more without another notification or a poll."""
+    async def woken_twice() -> bool:
+        notifier = Notifier(AsyncDatabase(db_dsn))
+        wakeup = notifier.subscribe()
+        listening = asyncio.create_task(notifier.run())
+        try:
+            await asyncio.wait_for(wakeup.wait(), 10)  # LISTEN is in place
+            wakeup.clear()
+            db.execute("SELECT pg_notify('bc_outbox', '')")
+            db.commit()
+            await asyncio.wait_for(wakeup.wait(), 10)
+            wakeup.clear()
+            try:
+                await asyncio.wait_for(wakeup.wait(), 10)
+            except asyncio.TimeoutError:
+                return False
+            return True
+        finally:
+            listening.cancel()
+    assert asyncio.run(woken_twice()), "no second wake-up"
 
 
 def test_watch_sends_heartbeats_when_quiet(db_dsn: str, iam_file: Path) -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -15,7 +16,7 @@ import psycopg
 import pytest
 
 from better_compute.db import ContractError, Database
-from better_compute.worker.runtime import WorkItem
+from better_compute.worker.runtime import Listener, WorkItem
 from worker_support import (REPO, WEBHOOK_KEYS, WORKER_ROLE, Receiver, Reply, running_worker, sealed, wait_until,
                             worker_database)
 
@@ -229,3 +230,18 @@ def test_sigterm_gives_up_after_the_grace_period_and_the_lease_is_left_to_expire
     running = pg.execute("SELECT state, lease_owner FROM compute.work WHERE kind = 'webhook.deliver'").fetchone()
     assert running == ("running", "sigterm-test")  # another worker claims it once the lease expires
     assert delivery_state(pg) == "pending"
+
+
+def test_a_notification_wakes_the_worker_again_a_moment_later(pg: psycopg.Connection, wdb: Database) -> None:
+    """One committing writer at a time notifies (compute.wake_at_commit); those that skipped may finish just after it, so
+    a notification wakes the worker at once and once more without another notification or a poll."""
+    listener = Listener(wdb, threading.Event(), poll_seconds=30)
+    listener.start()
+    try:
+        time.sleep(0.5)  # LISTEN is in place
+        pg.execute("SELECT pg_notify('bc_work', '')")
+        assert listener.wake.wait(10)
+        listener.wake.clear()
+        assert listener.wake.wait(10), "no second wake-up"
+    finally:
+        listener.stopping.set()

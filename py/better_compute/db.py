@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 AUTOCOMMIT = {"autocommit": True}  # each call's single statement is its own transaction
 SERIALIZATION_RETRIES = 5
 RETRY_BASE_SECONDS = 0.01
+# A content-free notification (bc_work, bc_outbox) is sent by one committing transaction at a time
+# (compute.wake_at_commit); writers that skipped it may finish committing just after the one that
+# sent it, so a listener looks again this long after a notification, besides its poll.
+LOOK_AGAIN_SECONDS = 0.1
 
 T = TypeVar("T")
 

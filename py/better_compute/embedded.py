@@ -159,8 +159,9 @@ class Cluster:
     def is_running(self) -> bool:
         return self._postmaster_alive() and self.accepts_connections()
 
-    def start(self) -> None:
-        """Start the server unless it runs; a pid file left by a crash is removed first."""
+    def start(self, *, fsync: bool = False) -> None:
+        """Start the server unless it runs; a pid file left by a crash is removed first. `fsync`: flush
+        every commit to disk, as production does (benchmarks of committing need it)."""
         if self._postmaster_alive():
             if _wait_for(self.accepts_connections, seconds=30):
                 return
@@ -169,7 +170,7 @@ class Cluster:
             stale.unlink(missing_ok=True)
         listen = "127.0.0.1" if self.tcp else ""
         # fsync=off: a killed server loses nothing (the OS still has the pages), only a host crash could.
-        options = f"-k {self.socketdir} -p {self.port} -c listen_addresses='{listen}' -c fsync=off"
+        options = f"-k {self.socketdir} -p {self.port} -c listen_addresses='{listen}' -c fsync={'on' if fsync else 'off'}"
         pg_ctl = [str(pg_bindir() / "pg_ctl"), "start", "-w", "-t", "60", "-D", str(self.datadir),
                   "-l", str(self.logfile), "-o", options]
         _run(_as_server_user(pg_ctl), "pg_ctl start", log=self.logfile)

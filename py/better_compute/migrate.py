@@ -28,6 +28,7 @@ from urllib.parse import quote, urlencode
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from yoyo import get_backend
+from yoyo.backends.base import DatabaseBackend
 from yoyo.migrations import Migration, MigrationList, StepCollector
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -201,6 +202,17 @@ def yoyo_url(dsn: str) -> str:
 
 
 @contextmanager
+def yoyo_backend(dsn: str) -> Iterator[DatabaseBackend]:
+    """yoyo's backend on `dsn`, its connection closed on exit: left to the garbage collector, it keeps
+    a session that stops the database from being a template or being dropped."""
+    backend = get_backend(yoyo_url(dsn))
+    try:
+        yield backend
+    finally:
+        backend.connection.close()
+
+
+@contextmanager
 def migration_lock(dsn: str) -> Iterator[None]:
     """One runner at a time per database. A session advisory lock, not yoyo's lock row: a runner
     killed mid-flight releases it with its connection instead of blocking the next run."""
@@ -211,8 +223,7 @@ def migration_lock(dsn: str) -> Iterator[None]:
 
 def migrate(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list[str]:
     """Apply every change not yet applied (up to change or tag `to`); return their names."""
-    backend = get_backend(yoyo_url(dsn))
-    with migration_lock(dsn):
+    with yoyo_backend(dsn) as backend, migration_lock(dsn):
         pending = backend.to_apply(migrations(top))
         if to is not None:
             wanted = {change.name for change in read_plan(top).upto(to)}
@@ -223,8 +234,7 @@ def migrate(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list
 
 def revert(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list[str]:
     """Revert applied changes, newest first: all of them, or those after change or tag `to`."""
-    backend = get_backend(yoyo_url(dsn))
-    with migration_lock(dsn):
+    with yoyo_backend(dsn) as backend, migration_lock(dsn):
         applied = backend.to_rollback(migrations(top))
         if to is not None:
             keep = {change.name for change in read_plan(top).upto(to)}
@@ -235,8 +245,8 @@ def revert(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list[
 
 def status(dsn: str, top: Path = MIGRATIONS_DIR) -> list[tuple[str, bool, str]]:
     """Each change of the plan: (name, applied?, note)."""
-    backend = get_backend(yoyo_url(dsn))
-    return [(m.id, backend.is_applied(m), m.change.note) for m in migrations(top)]
+    with yoyo_backend(dsn) as backend:
+        return [(m.id, backend.is_applied(m), m.change.note) for m in migrations(top)]
 
 
 def verify(dsn: str, top: Path = MIGRATIONS_DIR) -> list[tuple[str, str | None]]:

@@ -1,8 +1,9 @@
 """GET /api/compute/watch: a tenant's events as Server-Sent Events (docs/architecture.md §9).
 
-One `Notifier` per relay LISTENs on `bc_outbox` (a content-free NOTIFY after each transaction
-that wrote events) and wakes every stream, which re-reads `api.events` after its cursor; each
-stream also polls, so a lost notification or a dropped LISTEN connection only delays.
+One `Notifier` per relay LISTENs on `bc_outbox` (a content-free NOTIFY from one transaction at a
+time that wrote events: compute.wake_at_commit) and wakes every stream, which re-reads `api.events` after its
+cursor, at once and again LOOK_AGAIN_SECONDS later (for writers that committed just after the one
+that notified); each stream also polls, so a lost notification or a dropped LISTEN connection only delays.
 
 Each stream has a bounded buffer between the database and the client: the relay never holds more
 than `buffer` events for one client (a client catching up is fed as fast as it reads, the rest
@@ -35,7 +36,7 @@ from prometheus_client import Counter
 from psycopg import sql
 from starlette.types import Message, Receive, Scope, Send
 
-from better_compute.db import AsyncDatabase
+from better_compute.db import LOOK_AGAIN_SECONDS, AsyncDatabase
 from better_compute.errors import ContractError
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,15 @@ class Notifier:
                 async with await self.db.connect() as conn:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                     self.wake_all()  # events committed while not listening
-                    async for _notify in conn.notifies():
-                        self.wake_all()
+                    look_again: asyncio.TimerHandle | None = None
+                    try:
+                        async for _notify in conn.notifies():
+                            self.wake_all()
+                            if look_again is None or look_again.when() <= asyncio.get_running_loop().time():
+                                look_again = asyncio.get_running_loop().call_later(LOOK_AGAIN_SECONDS, self.wake_all)
+                    finally:
+                        if look_again is not None:
+                            look_again.cancel()
             except (psycopg.Error, OSError) as error:
                 log.warning("LISTEN %s lost (%s); event streams poll until it is back", CHANNEL, error)
                 await asyncio.sleep(RECONNECT_SECONDS)

@@ -10,7 +10,9 @@ handler fails as UNSUPPORTED (P11), so it backs off instead of spinning. A FENCE
 another worker took the item over after our lease expired: the result is dropped and logged.
 
 Wake-ups: LISTEN bc_work (new work) and bc_outbox (new events: outbox.fan_out is poked to run
-now); the loop also polls every `poll_seconds`, so a lost notification only delays (P1).
+now), each notification followed by a second wake-up LOOK_AGAIN_SECONDS later (one committing
+transaction at a time notifies: compute.wake_at_commit); the loop also polls every `poll_seconds`,
+so a lost notification only delays (P1).
 
 Stopping (SIGTERM/SIGINT through `run_until_signalled`): no more claims; running handlers get
 `grace_seconds` to finish while their leases are still renewed; then the worker returns anyway.
@@ -21,6 +23,7 @@ handlers are level-triggered, and every write they make is fenced by the lease e
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -33,7 +36,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from better_compute.db import ContractError, Database
+from better_compute.db import LOOK_AGAIN_SECONDS, ContractError, Database
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +133,29 @@ class Listener:
                 self.stopping.wait(self.poll_seconds)
 
     def _listen(self) -> None:
+        """Each notification wakes the worker now and once more LOOK_AGAIN_SECONDS later (what
+        writers that skipped the notification commit just after it)."""
         with self.db.connect() as conn:
             for channel in CHANNELS:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            again: set[str] = set()
+            again_at = math.inf
             while not self.stopping.is_set():
-                for notification in conn.notifies(timeout=self.poll_seconds):
-                    if notification.channel == OUTBOX_CHANNEL:
-                        self.outbox_notified.set()
-                    self.wake.set()
+                timeout = min(self.poll_seconds, max(0.0, again_at - time.monotonic()))
+                for notification in conn.notifies(timeout=timeout, stop_after=1):
+                    self._wake(notification.channel)
+                    again.add(notification.channel)
+                    again_at = min(again_at, time.monotonic() + LOOK_AGAIN_SECONDS)
+                if time.monotonic() >= again_at:
+                    for channel in again:
+                        self._wake(channel)
+                    again.clear()
+                    again_at = math.inf
+
+    def _wake(self, channel: str) -> None:
+        if channel == OUTBOX_CHANNEL:
+            self.outbox_notified.set()
+        self.wake.set()
 
 
 class Worker:
