@@ -62,7 +62,7 @@ def test_exclusion_violation_and_deadlock_are_capacity_conflicts(db: psycopg.Con
     assert (from_database(raised.value).code, from_database(raised.value).http_status) == ("CAPACITY_CONFLICT", 409)
 
 
-@pytest.mark.parametrize("sqlstate", ["57P01", "57P02", "57P03", "08006", "53300"])
+@pytest.mark.parametrize("sqlstate", ["57P01", "57P02", "57P03", "08006", "53300", "25006"])
 def test_the_server_going_away_or_full_is_unavailable(db: psycopg.Connection, sqlstate: str) -> None:
     with pytest.raises(psycopg.Error) as raised:
         db.execute(f"DO $$BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '{sqlstate}'; END$$")
@@ -79,6 +79,22 @@ def test_a_lost_connection_and_a_pool_timeout_are_unavailable(db_dsn: str) -> No
     lost.close()
     assert (from_database(raised.value).code, from_database(raised.value).http_status) == ("UNAVAILABLE", 503)
     assert from_database(PoolTimeout("couldn't get a connection after 5.00 sec")).code == "UNAVAILABLE"
+
+
+def test_a_write_on_a_server_that_became_read_only_is_unavailable_and_drops_that_connection(db_dsn: str) -> None:
+    """After a failover a pooled connection may reach the old primary, now a standby: a write there
+    fails with 25006 (read_only_sql_transaction). That is UNAVAILABLE, and the pool must not hand the
+    same connection out again (a new one finds the read-write server: target_session_attrs)."""
+    read_only = db_dsn + " options='-c default_transaction_read_only=on'"
+    with Database(read_only, max_size=1) as database:
+        with database.pool.connection() as conn:
+            first = conn.info.backend_pid
+        with pytest.raises(ContractError) as raised:
+            database.call("compute.site_create", "written-on-a-standby", None)
+        with database.pool.connection() as conn:
+            second = conn.info.backend_pid
+    assert (raised.value.code, raised.value.http_status, raised.value.sqlstate) == ("UNAVAILABLE", 503, "25006")
+    assert second != first
 
 
 def test_unknown_sqlstate_is_internal_and_logged(db: psycopg.Connection, caplog: pytest.LogCaptureFixture) -> None:
