@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo demo-bare-metal demo-vps test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans clean
+.PHONY: help setup demo demo-bare-metal demo-vps test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans bench-ha clean
 
 help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
@@ -21,6 +21,7 @@ help:
 	@echo "             reservations/s through the HTTP relay vs. in the database at 8 clients;"
 	@echo "             5,000 simulated nodes on one gateway: heartbeat statements/s, spec-to-ack latency;"
 	@echo "             a fleet growing from empty tables to 100k bookings: CPU per admission per quarter (plans)"
+	@echo "make bench-ha - failover figures: Patroni switchover and kill -9 of the primary under load (~2 min)"
 	@echo "make clean  - stop the demo cluster and remove ./.bc/"
 
 setup: $(STAMP)
@@ -66,7 +67,7 @@ fuzz: setup
 
 bench: bench-capacity bench-worker bench-api bench-nodes bench-plans
 
-bench-capacity bench-worker bench-api bench-nodes bench-plans: bench-%: setup
+bench-capacity bench-worker bench-api bench-nodes bench-plans bench-ha: bench-%: setup
 	$(PY) bench/$*.py
 
 clean:
