@@ -86,6 +86,7 @@ class Outcome:
     killed: str
     promoted: str
     replayed: tuple[Any, Any]  # (original answer, answer to the same request sent again after the failover)
+    log: Callable[[], str]  # serve all's so far (the relay's, the gateway's and the worker's)
 
 
 class Client:
@@ -230,7 +231,7 @@ def run(base: Path, work: Path, check: Callable[[Outcome], None]) -> None:
                 finally:
                     watched.set()
             check(Outcome(ha_set, dsn, tally, list(seen), receiver, webhook_ids, switchover, failover, failover_pause, killed,
-                          ha_set.leader() or "none", (before_kill.data, replayed)))
+                          ha_set.leader() or "none", (before_kill.data, replayed), plane.relay.log))
 
 
 def lost(dsn: str, tally: Tally) -> list[Answer]:

@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 from better_compute.db import Database
 from better_compute.errors import (POSTGRES_SQLSTATES, SQLSTATE_TO_CODE, ContractError, adopt_contract,
                                    from_database)
+from worker_support import wait_until
 
 
 def read_contract(conn: psycopg.Connection) -> None:
@@ -95,6 +96,22 @@ def test_a_write_on_a_server_that_became_read_only_is_unavailable_and_drops_that
             second = conn.info.backend_pid
     assert (raised.value.code, raised.value.http_status, raised.value.sqlstate) == ("UNAVAILABLE", 503, "25006")
     assert second != first
+
+
+def test_after_a_lost_connection_the_pool_checks_its_idle_connections_at_once(db_dsn: str) -> None:
+    """A failover ends every pooled connection; the first call to find one dead makes the pool check
+    the others, so the next calls do not each meet a dead connection (one 503 each)."""
+    with Database(db_dsn, min_size=3, max_size=3) as database:
+        database.pool.wait()
+        with psycopg.connect(db_dsn, autocommit=True) as other:
+            other.execute("""SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                              WHERE datname = current_database() AND pid <> pg_backend_pid()""")
+        with pytest.raises(ContractError) as raised:
+            database.call("compute.limit", "capacity_search_horizon_seconds")
+        assert raised.value.code == "UNAVAILABLE"
+        wait_until(lambda: database.pool.get_stats().get("connections_lost", 0) == 2, 10,
+                   "the pool's check to find the two other dead connections")
+        assert database.call("compute.limit", "capacity_search_horizon_seconds") > 0
 
 
 def test_unknown_sqlstate_is_internal_and_logged(db: psycopg.Connection, caplog: pytest.LogCaptureFixture) -> None:

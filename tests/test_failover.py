@@ -42,6 +42,7 @@ def check(outcome: Outcome) -> None:
     arrived = received_deliveries(outcome.receiver)
     assert set(arrived) == set(deliveries(outcome.dsn, outcome.webhook_ids)), "a delivery id never arrived, or a stranger did"
     assert all(len(set(bodies)) == 1 for bodies in arrived.values()), "one delivery id, two different bodies"
+    assert "unmapped database error" not in outcome.log(), "a process took a database error for a bug (INTERNAL)"
     print(f"webhook deliveries: {len(arrived)}, arrived twice or more (same id and body, P3): "
           f"{sum(len(bodies) > 1 for bodies in arrived.values())}")
 
