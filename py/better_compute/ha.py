@@ -115,9 +115,9 @@ class HaSet:
     def start(self) -> HaSet:
         """Start etcd and both members (bootstrapping them the first time); return the running set
         once there is a leader and a synchronous standby."""
-        ha = self if self.pids and self.running() else replace(self, home=embedded.server_home(self.base), pids={})
-        if ha is self:
+        if self.running():
             return self
+        ha = replace(self, home=embedded.server_home(self.base), pids={})
         for folder in (ha.home / "etcd", ha.home / "run"):
             folder.mkdir(parents=True, exist_ok=True)
             embedded.give_to_server_user(folder)
