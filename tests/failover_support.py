@@ -28,12 +28,13 @@ import psycopg
 
 from better_compute import ha, migrate
 from fleet import H200_MODEL, WHOLE, register_nodes
-from relay_support import headers
+from relay_support import Relay, headers
 from test_serve_all import TENANT, TOKEN, serving_all
 from worker_support import Receiver, wait_until
 
 RESERVING_CLIENTS = 4
 WEBHOOKS = 3
+WEBHOOK_EVENTS = "reservation.released"  # one event of the four each reservation makes: fewer deliveries to wait for
 PHASE_SECONDS = 3.0  # load before the switchover, between it and the kill, and after the failover
 RETRY_CAP_SECONDS = 0.25  # clients retry sooner than Retry-After asks, so the failover time is measured finely
 SETTLE_SECONDS = 60.0  # for the stream and the webhooks to catch up after the load
@@ -97,6 +98,9 @@ class Client:
         self.tally = tally
         self.stop = stop
 
+    def close(self) -> None:
+        self.http.close()
+
     def call(self, method: str, request: dict[str, Any]) -> Any:
         """The data of an acknowledged answer; None when a refusal other than 503 came (tallied)."""
         while True:
@@ -132,7 +136,8 @@ def reserve_and_release(client: Client, pool_id: str) -> None:
 
 def create_webhooks(client: Client, url: str, made: list[str]) -> None:
     while len(made) < WEBHOOKS and not client.stop.wait(PHASE_SECONDS / 2):
-        created = client.call("webhooks.create", keyed({"url": url, "secret": uuid.uuid4().hex}))
+        created = client.call("webhooks.create", keyed({"url": url, "secret": uuid.uuid4().hex,
+                                                        "event_types": [WEBHOOK_EVENTS]}))
         if created is not None:
             made.append(created["webhook_id"])
 
@@ -181,8 +186,46 @@ def threads(*targets: Callable[[], None]) -> Iterator[None]:
             thread.join(30)
 
 
-def wait_for_a_write_sent_after(tally: Tally, moment: float, what: str) -> None:
-    wait_until(lambda: tally.sent_after(moment), 60, what, interval=0.05)
+@dataclass(frozen=True)
+class Disruption:
+    switchover_pause: float
+    failover_seconds: float
+    failover_pause: float
+    killed: str
+    before_kill: Answer  # a reservation acknowledged before the kill, to send again after it
+
+
+def disrupt(ha_set: ha.HaSet, tally: Tally) -> Disruption:
+    """Under the clients' load: a planned switchover, then kill -9 of the primary's postmaster."""
+    time.sleep(PHASE_SECONDS)
+    asked = time.monotonic()
+    ha_set.switchover()
+    ha_set.wait_until(ha_set.healthy, 60, "the old primary back as synchronous standby")
+    time.sleep(PHASE_SECONDS)
+    switchover, _ = tally.outage(asked, time.monotonic())
+    before_kill = next(answer for answer in tally.acknowledged if answer.method == "reservations.create")
+    killed_at = time.monotonic()
+    killed = ha_set.kill_primary()
+    # A request sent just after the kill may still be acknowledged by the dying primary (its standby
+    # had the commit): wait for writes on the new one before measuring the outage.
+    ha_set.wait_until(lambda: ha_set.leader() not in (None, killed), 60, "the standby promoted")
+    promoted_at = time.monotonic()
+    wait_until(lambda: tally.sent_after(promoted_at), 60, "a write on the new primary", interval=0.05)
+    time.sleep(PHASE_SECONDS)
+    failover_pause, resumed = tally.outage(killed_at, time.monotonic())
+    return Disruption(switchover, resumed - killed_at, failover_pause, killed, before_kill)
+
+
+def make_pool(relay: Relay, dsn: str) -> str:
+    """Through the relay: a site, an H200 pool offering whole GPUs; its nodes registered in SQL."""
+    site = relay.data("sites.create", {"name": "ha"}, TOKEN, TENANT)
+    pool_id = str(relay.data("pools.create", {"site_id": site["site_id"], "name": "h200", "gpu_model": H200_MODEL},
+                             TOKEN, TENANT)["pool_id"])
+    with psycopg.connect(dsn) as conn:
+        register_nodes(conn, pool_id, [[WHOLE] * gpus for gpus in GPUS])
+    relay.data("offerings.create", {"pool_id": pool_id, "shape": "gpu", "max_count": 1, "max_duration_seconds": 86400},
+               TOKEN, TENANT)
+    return pool_id
 
 
 def run(base: Path, work: Path, check: Callable[[Outcome], None]) -> None:
@@ -193,45 +236,28 @@ def run(base: Path, work: Path, check: Callable[[Outcome], None]) -> None:
         migrate.migrate(dsn)
         with serving_all(dsn, work, ["--webhooks-to-private-addresses"]) as plane:
             url = plane.relay.url
-            site = plane.relay.data("sites.create", {"name": "ha"}, TOKEN, TENANT)
-            pool = plane.relay.data("pools.create", {"site_id": site["site_id"], "name": "h200", "gpu_model": H200_MODEL},
-                                    TOKEN, TENANT)
-            with psycopg.connect(dsn) as conn:
-                register_nodes(conn, pool["pool_id"], [[WHOLE] * gpus for gpus in GPUS])
-            plane.relay.data("offerings.create", {"pool_id": pool["pool_id"], "shape": "gpu", "max_count": 1,
-                                                  "max_duration_seconds": 86400}, TOKEN, TENANT)
+            pool_id = make_pool(plane.relay, dsn)
             tally, stop, watched, seen, webhook_ids = Tally(), threading.Event(), threading.Event(), [], []
             clients = [Client(url, tally, stop) for _ in range(RESERVING_CLIENTS + 1)]
-            load = [lambda c=c: reserve_and_release(c, pool["pool_id"]) for c in clients[1:]]
+            load = [lambda c=c: reserve_and_release(c, pool_id) for c in clients[1:]]
             with threads(lambda: watch(url, seen, watched)):
                 try:
                     with threads(lambda: create_webhooks(clients[0], receiver.url, webhook_ids), *load):
                         try:
-                            time.sleep(PHASE_SECONDS)
-                            asked = time.monotonic()
-                            ha_set.switchover()
-                            ha_set.wait_until(ha_set.healthy, 60, "the old primary back as synchronous standby")
-                            time.sleep(PHASE_SECONDS)
-                            switchover, _ = tally.outage(asked, time.monotonic())
-                            before_kill = next(a for a in tally.acknowledged if a.method == "reservations.create")
-                            killed_at = time.monotonic()
-                            killed = ha_set.kill_primary()
-                            # A request sent just after the kill may still be acknowledged by the dying
-                            # primary (its standby had the commit): wait for writes on the new one.
-                            ha_set.wait_until(lambda: ha_set.leader() not in (None, killed), 60, "the standby promoted")
-                            wait_for_a_write_sent_after(tally, time.monotonic(), "a write on the new primary")
-                            time.sleep(PHASE_SECONDS)
-                            failover_pause, resumed = tally.outage(killed_at, time.monotonic())
-                            failover = resumed - killed_at
+                            disruption = disrupt(ha_set, tally)
                         finally:
                             stop.set()
-                    replayed = Client(url, Tally(), threading.Event()).call(before_kill.method, before_kill.request)
+                    clients.append(Client(url, Tally(), threading.Event()))
+                    replayed = clients[-1].call(disruption.before_kill.method, disruption.before_kill.request)
                     expected = tenant_events(dsn)
                     wait_until(lambda: seen[-1:] == expected[-1:], SETTLE_SECONDS, "the event stream to catch up")
                 finally:
                     watched.set()
-            check(Outcome(ha_set, dsn, tally, list(seen), receiver, webhook_ids, switchover, failover, failover_pause, killed,
-                          ha_set.leader() or "none", (before_kill.data, replayed), plane.relay.log))
+                    for client in clients:
+                        client.close()
+            check(Outcome(ha_set, dsn, tally, list(seen), receiver, webhook_ids, disruption.switchover_pause,
+                          disruption.failover_seconds, disruption.failover_pause, disruption.killed,
+                          ha_set.leader() or "none", (disruption.before_kill.data, replayed), plane.relay.log))
 
 
 def lost(dsn: str, tally: Tally) -> list[Answer]:
