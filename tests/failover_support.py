@@ -285,6 +285,20 @@ def deliveries(dsn: str, webhook_ids: list[str]) -> dict[str, str]:
     return dict(rows)
 
 
+FANNED_OUT = """
+    SELECT coalesce((SELECT (c.xid, c.event_id) >= (o.xid, o.event_id)
+                       FROM compute.outbox_cursors AS c,
+                            (SELECT xid, event_id FROM compute.outbox ORDER BY xid DESC, event_id DESC LIMIT 1) AS o
+                      WHERE c.consumer = 'webhooks'), true)"""
+
+
+def deliveries_settled(dsn: str, webhook_ids: list[str]) -> bool:
+    """Every event fanned out to the webhooks, and every delivery delivered."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        fanned_out = conn.execute(FANNED_OUT).fetchone()[0]
+    return fanned_out and set(deliveries(dsn, webhook_ids).values()) <= {"delivered"}
+
+
 def received_deliveries(receiver: Receiver) -> dict[str, list[bytes]]:
     """delivery id -> the bodies that arrived under it."""
     arrived: dict[str, list[bytes]] = {}

@@ -16,11 +16,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from failover_support import Outcome, deliveries, lost, received_deliveries, run, summary, tenant_events
+from failover_support import Outcome, deliveries, deliveries_settled, lost, received_deliveries, run, summary, tenant_events
 from table_checks import OVERLAPPING_LIVE_BOOKINGS, rows_read_without_indexes
 from worker_support import wait_until
 
 DELIVERY_SECONDS = 60.0
+OUTAGES = 2  # the switchover and the kill
 
 
 def check(outcome: Outcome) -> None:
@@ -37,14 +38,21 @@ def check(outcome: Outcome) -> None:
     assert outcome.events_seen == tenant_events(outcome.dsn), "the stream has a gap or a duplicate"
 
     assert len(outcome.webhook_ids) > 0
-    wait_until(lambda: set(deliveries(outcome.dsn, outcome.webhook_ids).values()) == {"delivered"}, DELIVERY_SECONDS,
-               "every webhook delivery delivered")
+    wait_until(lambda: deliveries_settled(outcome.dsn, outcome.webhook_ids), DELIVERY_SECONDS,
+               "every event fanned out to the webhooks and every delivery delivered")
     arrived = received_deliveries(outcome.receiver)
-    assert set(arrived) == set(deliveries(outcome.dsn, outcome.webhook_ids)), "a delivery id never arrived, or a stranger did"
+    in_database = deliveries(outcome.dsn, outcome.webhook_ids)
+    never_arrived = {delivery: state for delivery, state in in_database.items() if delivery not in arrived}
+    assert never_arrived == {}, "deliveries the receiver never got"
+    assert set(arrived) <= set(in_database), "a delivery id the database does not know"
     assert all(len(set(bodies)) == 1 for bodies in arrived.values()), "one delivery id, two different bodies"
     assert "unmapped database error" not in outcome.log(), "a process took a database error for a bug (INTERNAL)"
-    print(f"webhook deliveries: {len(arrived)}, arrived twice or more (same id and body, P3): "
-          f"{sum(len(bodies) > 1 for bodies in arrived.values())}")
+    # At least once (P3): the worker sends a delivery, then records it; a delivery sent as the
+    # database went away is sent again, under its id. At most one is in flight per webhook, so each
+    # webhook repeats at most one delivery per outage (the switchover and the kill).
+    repeated = sum(len(bodies) > 1 for bodies in arrived.values())
+    print(f"webhook deliveries: {len(arrived)}, arrived twice (same id and body): {repeated}")
+    assert repeated <= OUTAGES * len(outcome.webhook_ids)
 
 
 @pytest.mark.timeout(240)
