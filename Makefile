@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo demo-bare-metal demo-vps test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify bench-scale clean
+.PHONY: help setup demo demo-bare-metal demo-vps test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify bench-scale bench-ha clean
 
 help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
@@ -23,6 +23,7 @@ help:
 	@echo "             a fleet growing from empty tables to 100k bookings: CPU per admission per quarter (plans);"
 	@echo "             commits/s with fsync on at 1/2/8/16 clients, with a plain NOTIFY vs the gated wake-up (notify)"
 	@echo "make bench-scale - reservations/s at 8 clients through 1 API relay vs 2 (the ratio; docs/scale.md)"
+	@echo "make bench-ha - failover figures: Patroni switchover and kill -9 of the primary under load (~2 min)"
 	@echo "make clean  - stop the demo cluster and remove ./.bc/"
 
 setup: $(STAMP)
@@ -68,7 +69,7 @@ fuzz: setup
 
 bench: bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify
 
-bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify bench-scale: bench-%: setup
+bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify bench-scale bench-ha: bench-%: setup
 	$(PY) bench/$*.py
 
 clean:

@@ -13,6 +13,8 @@ packages=(
   softhsm2                               # a real PKCS#11 token for the CA and intent keys in an HSM (test_pkcs11)
   libvirt-clients libvirt-dev pkg-config # libvirt-python builds against them; bcd's hypervisor driver (test:///default in tests)
   gcc python3-dev                        # to build libvirt-python (it has no wheel)
+  etcd-server                            # Patroni's DCS for the HA set (dev up --ha, tests/test_failover.py)
+  python3                                # Debian's: runs Patroni as postgres when our Python is under /root (ha.py)
 )
 
 missing=()

@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 from better_compute.db import Database
 from better_compute.errors import (POSTGRES_SQLSTATES, SQLSTATE_TO_CODE, ContractError, adopt_contract,
                                    from_database)
+from worker_support import wait_until
 
 
 def read_contract(conn: psycopg.Connection) -> None:
@@ -62,7 +63,7 @@ def test_exclusion_violation_and_deadlock_are_capacity_conflicts(db: psycopg.Con
     assert (from_database(raised.value).code, from_database(raised.value).http_status) == ("CAPACITY_CONFLICT", 409)
 
 
-@pytest.mark.parametrize("sqlstate", ["57P01", "57P02", "57P03", "08006", "53300"])
+@pytest.mark.parametrize("sqlstate", ["57P01", "57P02", "57P03", "08006", "53300", "25006"])
 def test_the_server_going_away_or_full_is_unavailable(db: psycopg.Connection, sqlstate: str) -> None:
     with pytest.raises(psycopg.Error) as raised:
         db.execute(f"DO $$BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '{sqlstate}'; END$$")
@@ -79,6 +80,38 @@ def test_a_lost_connection_and_a_pool_timeout_are_unavailable(db_dsn: str) -> No
     lost.close()
     assert (from_database(raised.value).code, from_database(raised.value).http_status) == ("UNAVAILABLE", 503)
     assert from_database(PoolTimeout("couldn't get a connection after 5.00 sec")).code == "UNAVAILABLE"
+
+
+def test_a_write_on_a_server_that_became_read_only_is_unavailable_and_drops_that_connection(db_dsn: str) -> None:
+    """After a failover a pooled connection may reach the old primary, now a standby: a write there
+    fails with 25006 (read_only_sql_transaction). That is UNAVAILABLE, and the pool must not hand the
+    same connection out again (a new one finds the read-write server: target_session_attrs)."""
+    read_only = db_dsn + " options='-c default_transaction_read_only=on'"
+    with Database(read_only, max_size=1) as database:
+        with database.pool.connection() as conn:
+            first = conn.info.backend_pid
+        with pytest.raises(ContractError) as raised:
+            database.call("compute.site_create", "written-on-a-standby", None)
+        with database.pool.connection() as conn:
+            second = conn.info.backend_pid
+    assert (raised.value.code, raised.value.http_status, raised.value.sqlstate) == ("UNAVAILABLE", 503, "25006")
+    assert second != first
+
+
+def test_after_a_lost_connection_the_pool_checks_its_idle_connections_at_once(db_dsn: str) -> None:
+    """A failover ends every pooled connection; the first call to find one dead makes the pool check
+    the others, so the next calls do not each meet a dead connection (one 503 each)."""
+    with Database(db_dsn, min_size=3, max_size=3) as database:
+        database.pool.wait()
+        with psycopg.connect(db_dsn, autocommit=True) as other:
+            other.execute("""SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                              WHERE datname = current_database() AND pid <> pg_backend_pid()""")
+        with pytest.raises(ContractError) as raised:
+            database.call("compute.limit", "capacity_search_horizon_seconds")
+        assert raised.value.code == "UNAVAILABLE"
+        wait_until(lambda: database.pool.get_stats().get("connections_lost", 0) == 2, 10,
+                   "the pool's check to find the two other dead connections")
+        assert database.call("compute.limit", "capacity_search_horizon_seconds") > 0
 
 
 def test_unknown_sqlstate_is_internal_and_logged(db: psycopg.Connection, caplog: pytest.LogCaptureFixture) -> None:

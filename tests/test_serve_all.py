@@ -12,7 +12,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -40,14 +40,14 @@ class AllInOne:
 
 
 @contextmanager
-def serving_all(dsn: str, directory: Path) -> Iterator[AllInOne]:
+def serving_all(dsn: str, directory: Path, extra: Sequence[str] = ()) -> Iterator[AllInOne]:
     iam = write_static_iam(directory / "iam.toml", [(TOKEN, "user:operator", TENANT, [statement("allow")])])
     log_path = Path(tempfile.mkstemp(prefix="serve-all-", suffix=".log")[1])
     with log_path.open("w") as log_file:
         process = subprocess.Popen(
             [sys.executable, "-m", "better_compute.cli.main", "serve", "all", "--dsn", dsn, "--api-port", "0",
              "--gateway-port", "0", "--iam-file", str(iam), "--keys", str(directory / "keys"), "--heartbeat-seconds", "1",
-             "--spec-poll-seconds", "1", "--grace-seconds", "5"],
+             "--spec-poll-seconds", "1", "--grace-seconds", "5", *extra],
             stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "py")})
     relay = Relay("", process, log_path)
     try:

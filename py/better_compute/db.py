@@ -7,6 +7,12 @@ node acknowledgement path crosses several calls (bench/nodes.py).
 
 `Database` (threads: the worker, the CLI) and `AsyncDatabase` (asyncio: the HTTP relay) share how a
 call is written, how the role is set and when a failure is retried; only the waiting differs.
+
+After a failover (docs/operations.md) the pool's connections reach a server that is gone or is a
+standby now: a call on one fails as UNAVAILABLE (errors.py), and then (`_after_failure`) a
+connection that reached a standby is closed, so that the pool makes a new one (a multi-host DSN
+with target_session_attrs=read-write finds the new primary), and the pool checks its idle
+connections at once (one check at a time), so that the other calls do not each find a dead one.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import asyncio
 import itertools
 import logging
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -25,8 +32,8 @@ from psycopg.rows import AsyncRowFactory, RowFactory, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from better_compute.errors import (CONTRACT_FUNCTION_QUERY, CONTRACT_SCHEMAS, ContractError, adopt_contract,
-                                   contract_function, from_database)
+from better_compute.errors import (CONTRACT_FUNCTION_QUERY, CONTRACT_SCHEMAS, READ_ONLY_SQLSTATE, ContractError,
+                                   adopt_contract, contract_function, from_database, unreachable)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +85,11 @@ def retry_delay(error: psycopg.Error, attempt: int, function: str) -> float:
     raise from_database(error) from error
 
 
+def reached_a_standby(error: psycopg.Error) -> bool:
+    """The connection's server can no longer write (a standby after a failover): it never will again."""
+    return error.sqlstate == READ_ONLY_SQLSTATE
+
+
 class Database:
     """A pool of connections for one role; `call` runs one stored function in one transaction.
 
@@ -91,6 +103,7 @@ class Database:
         self.role = role
         self.pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False, name=name,
                                    configure=self._configure, kwargs=AUTOCOMMIT)
+        self._checking = threading.Lock()
 
     def _configure(self, conn: psycopg.Connection) -> None:
         if self.role is not None:
@@ -134,11 +147,31 @@ class Database:
         query, params = function_call(template, function, args)
         for attempt in itertools.count():
             try:
-                with self.pool.connection() as conn, conn.cursor(row_factory=row_factory) as cursor:
-                    return fetch(cursor.execute(query, params))
+                with self.pool.connection() as conn:
+                    try:
+                        with conn.cursor(row_factory=row_factory) as cursor:
+                            return fetch(cursor.execute(query, params))
+                    except psycopg.Error as error:
+                        if reached_a_standby(error):
+                            conn.close()  # the pool replaces a closed connection
+                        raise
             except psycopg.Error as error:
+                self._after_failure(error)
                 time.sleep(retry_delay(error, attempt, function))
         raise AssertionError("unreachable")
+
+    def _after_failure(self, error: psycopg.Error) -> None:
+        """The database is out of reach: check the pool's idle connections (in a thread, one at a time)."""
+        if unreachable(error) and self._checking.acquire(blocking=False):
+            threading.Thread(target=self._check_pool, name="pool-check", daemon=True).start()
+
+    def _check_pool(self) -> None:
+        try:
+            self.pool.check()
+        except Exception as failure:  # the pool closed meanwhile: nothing to check
+            log.debug("pool check failed: %s", failure)
+        finally:
+            self._checking.release()
 
 
 class AsyncDatabase:
@@ -151,6 +184,7 @@ class AsyncDatabase:
         self.role = role
         self.pool = AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False, name=name,
                                         configure=self._configure, timeout=timeout, kwargs=AUTOCOMMIT)
+        self._checking: asyncio.Task[None] | None = None
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         if self.role is not None:
@@ -171,6 +205,8 @@ class AsyncDatabase:
         adopt_contract(await self.rows(contract_function(found)))
 
     async def close(self) -> None:
+        if self._checking is not None:
+            self._checking.cancel()
         await self.pool.close()
 
     async def __aenter__(self) -> AsyncDatabase:
@@ -195,12 +231,30 @@ class AsyncDatabase:
         query, params = function_call(template, function, args)
         for attempt in itertools.count():
             try:
-                async with self.pool.connection() as conn, conn.cursor(row_factory=row_factory) as cursor:
-                    await cursor.execute(query, params)
-                    return await fetch(cursor)
+                async with self.pool.connection() as conn:
+                    try:
+                        async with conn.cursor(row_factory=row_factory) as cursor:
+                            await cursor.execute(query, params)
+                            return await fetch(cursor)
+                    except psycopg.Error as error:
+                        if reached_a_standby(error):
+                            await conn.close()  # the pool replaces a closed connection
+                        raise
             except psycopg.Error as error:
+                self._after_failure(error)
                 await asyncio.sleep(retry_delay(error, attempt, function))
         raise AssertionError("unreachable")
+
+    def _after_failure(self, error: psycopg.Error) -> None:
+        """The database is out of reach: check the pool's idle connections (one check at a time)."""
+        if unreachable(error) and (self._checking is None or self._checking.done()):
+            self._checking = asyncio.create_task(self._check_pool())
+
+    async def _check_pool(self) -> None:
+        try:
+            await self.pool.check()
+        except Exception as failure:  # the pool closed meanwhile: nothing to check
+            log.debug("pool check failed: %s", failure)
 
 
 __all__ = ["AsyncDatabase", "ContractError", "Database"]

@@ -50,17 +50,18 @@ def _running_as_root() -> bool:
     return os.geteuid() == 0
 
 
-def _as_server_user(argv: list[str]) -> list[str]:
+def as_server_user(argv: list[str]) -> list[str]:
     """Prefix a command so that it runs as the server's user when we are root."""
     return ["runuser", "-u", SERVER_USER, "--", *argv] if _running_as_root() else argv
 
 
 def _server_user_can_use(path: Path) -> bool:
-    probe = subprocess.run(_as_server_user(["test", "-w", str(path), "-a", "-x", str(path)]), check=False)
+    probe = subprocess.run(as_server_user(["test", "-w", str(path), "-a", "-x", str(path)]), check=False)
     return probe.returncode == 0
 
 
-def _give_to_server_user(path: Path) -> None:
+def give_to_server_user(path: Path) -> None:
+    """Make `path` the server user's (when we are root; else it is ours already)."""
     if _running_as_root():
         entry = pwd.getpwnam(SERVER_USER)
         os.chown(path, entry.pw_uid, entry.pw_gid)
@@ -90,7 +91,7 @@ class Cluster:
 
     @property
     def user(self) -> str:
-        return SERVER_USER if _running_as_root() else pwd.getpwuid(os.geteuid()).pw_name
+        return server_user()
 
     def conninfo(self, dbname: str | None = None) -> str:
         host = "127.0.0.1" if self.tcp else str(self.socketdir)
@@ -113,16 +114,9 @@ class Cluster:
         return cls(base=base, home=base, port=port, dbname=dbname, tcp=tcp)
 
     def _choose_home(self) -> Cluster:
-        """Keep data under base when the server user can reach it; else a private dir it can reach."""
-        self.base.mkdir(parents=True, exist_ok=True)
-        reachable = not _running_as_root() or _server_user_can_reach_after_chown(self.base)
-        if reachable and len(str(self.base / "run")) <= SOCKET_PATH_MAX:
-            return self
-        digest = hashlib.sha256(str(self.base).encode()).hexdigest()[:12]
-        home = Path(tempfile.gettempdir()) / f"better-compute-{digest}"
-        home.mkdir(mode=0o755, exist_ok=True)
-        _give_to_server_user(home)
-        return Cluster(base=self.base, home=home, port=self.port, dbname=self.dbname, tcp=self.tcp)
+        home = server_home(self.base)
+        return self if home == self.base else Cluster(base=self.base, home=home, port=self.port, dbname=self.dbname,
+                                                      tcp=self.tcp)
 
     def init(self) -> Cluster:
         """Create the data directory if it does not exist yet; return the cluster with its final home."""
@@ -132,10 +126,10 @@ class Cluster:
             return cluster
         for directory in (cluster.home, cluster.socketdir):
             directory.mkdir(parents=True, exist_ok=True)
-            _give_to_server_user(directory)
+            give_to_server_user(directory)
         initdb = [str(pg_bindir() / "initdb"), "-D", str(cluster.datadir), "-A", "trust", "-U", cluster.user,
                   "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"]
-        _run(_as_server_user(initdb), "initdb")
+        _run(as_server_user(initdb), "initdb")
         return cluster
 
     def _postmaster_alive(self) -> bool:
@@ -173,12 +167,12 @@ class Cluster:
         options = f"-k {self.socketdir} -p {self.port} -c listen_addresses='{listen}' -c fsync={'on' if fsync else 'off'}"
         pg_ctl = [str(pg_bindir() / "pg_ctl"), "start", "-w", "-t", "60", "-D", str(self.datadir),
                   "-l", str(self.logfile), "-o", options]
-        _run(_as_server_user(pg_ctl), "pg_ctl start", log=self.logfile)
+        _run(as_server_user(pg_ctl), "pg_ctl start", log=self.logfile)
 
     def stop(self) -> None:
         if self._postmaster_alive():
             pg_ctl = [str(pg_bindir() / "pg_ctl"), "stop", "-w", "-m", "fast", "-D", str(self.datadir)]
-            _run(_as_server_user(pg_ctl), "pg_ctl stop")
+            _run(as_server_user(pg_ctl), "pg_ctl stop")
 
     def destroy(self) -> None:
         """Stop the server and delete its files (used for throwaway test clusters)."""
@@ -195,8 +189,27 @@ class Cluster:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
+def server_home(base: Path) -> Path:
+    """Where the server user keeps data for `base`: base itself when it can reach it (and a socket
+    path under it fits), else a private dir it can reach, named after base."""
+    base.mkdir(parents=True, exist_ok=True)
+    reachable = not _running_as_root() or _server_user_can_reach_after_chown(base)
+    if reachable and len(str(base / "run")) <= SOCKET_PATH_MAX:
+        return base
+    digest = hashlib.sha256(str(base).encode()).hexdigest()[:12]
+    home = Path(tempfile.gettempdir()) / f"better-compute-{digest}"
+    home.mkdir(mode=0o755, exist_ok=True)
+    give_to_server_user(home)
+    return home
+
+
+def server_user() -> str:
+    """Who runs the server (and is its superuser): `postgres` when we are root, else we."""
+    return SERVER_USER if _running_as_root() else pwd.getpwuid(os.geteuid()).pw_name
+
+
 def _server_user_can_reach_after_chown(base: Path) -> bool:
-    _give_to_server_user(base)
+    give_to_server_user(base)
     return _server_user_can_use(base)
 
 

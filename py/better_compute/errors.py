@@ -10,8 +10,10 @@ the contract names. Python never branches on message text. An SQLSTATE not in th
 A database out of reach is UNAVAILABLE (503, with Retry-After over HTTP), not INTERNAL: a lost
 connection (psycopg's OperationalError without an SQLSTATE: refused, reset, closed), the pool's
 timeout waiting for a connection, a connection exception (class 08), the server shutting down or
-starting (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now) or out of
-connection slots (53300). The request may be sent again.
+starting (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now), out of
+connection slots (53300), or a write on a server that can no longer write (25006
+read_only_sql_transaction: a connection made to the primary before a failover that reaches it as a
+standby now; docs/operations.md). The request may be sent again.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ CONTRACT_FUNCTION_QUERY = ("SELECT n.nspname || '.error_contract' FROM pg_catalo
                            " ORDER BY array_position(%(schemas)s, n.nspname::text) LIMIT 1")
 INTERNAL = ("INTERNAL", 500)
 UNAVAILABLE = ("UNAVAILABLE", 503)
-UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction: the server is a standby (after a failover)
+UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", READ_ONLY_SQLSTATE})
 RETRY_AFTER_SECONDS = 2  # what an UNAVAILABLE answer tells the client to wait (HTTP Retry-After)
 
 
