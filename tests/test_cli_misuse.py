@@ -101,3 +101,12 @@ def test_db_refuses_a_database_that_sqitch_deployed(cli: Callable[..., tuple[int
         assert (code, out) == (1, ""), err
         assert err.startswith("SQITCH_REGISTRY: this database was deployed by Sqitch"), err
         assert "Hint: Keep using Sqitch on this database" in err and "Traceback" not in err
+
+
+def test_a_contract_error_from_the_database_is_its_code(cli: Callable[..., tuple[int, str, str]], db_dsn: str) -> None:
+    """A ContractError raised through click's context managers (it is a frozen dataclass, so
+    contextlib cannot set its traceback) still ends as its own code, not INTERNAL_ERROR."""
+    code, out, err = cli("machines", "show", "--dsn", db_dsn, "no-such-machine")
+    assert (code, out) == (1, "") and err.startswith("NOT_FOUND: no machine no-such-machine"), err
+    code, _, err = cli("db", "revert", "--dsn", db_dsn, "--to", "nonexistent", "-y")
+    assert code == 1 and err.startswith("PLAN_ERROR: no change named 'nonexistent' in the plan"), err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import FrozenInstanceError
 from typing import NoReturn
 
 import typer
@@ -21,9 +22,13 @@ DSN_HINT = "Check --dsn (or BETTER_COMPUTE_DSN): a libpq conninfo or postgresql:
 def explain(error: BaseException) -> tuple[str, str, str | None]:
     """(code, message, hint) of an error raised by a command; the modules are looked up only if
     already loaded, so that start-up imports none of them."""
+    if isinstance(error, FrozenInstanceError) and error.__context__ is not None:
+        # A ContractError (a frozen dataclass) raised through a @contextmanager: contextlib's
+        # attempt to set its __traceback__ raised this instead. The error meant is the context.
+        return explain(error.__context__)
     message = " ".join(str(error).split()) or type(error).__name__
-    db = sys.modules.get("better_compute.db")
-    if db is not None and isinstance(error, db.ContractError):
+    contract = sys.modules.get("better_compute.errors")
+    if contract is not None and isinstance(error, contract.ContractError):
         return error.code, error.message, error.hint
     migrate = sys.modules.get("better_compute.migrate")
     if migrate is not None and isinstance(error, migrate.SqitchRegistryError):
