@@ -93,3 +93,19 @@ def test_round_trip_plan_and_idempotent_apply(db_dsn: str, tmp_path: Path) -> No
         assert stopped.stderr.splitlines()[1].startswith("UNSUPPORTED: pool dc1/h200-b: gpu_model")
         after = exported("a", relay.url)["sites"][0]["pools"][0]
         assert (after["placement_policy"], after["offerings"][0]["max_count"]) == ("pack", 4)
+
+
+def test_a_layout_the_api_cannot_change_is_a_refusal_in_the_plan() -> None:
+    from better_compute.cli.fleet import plan
+
+    pool = {"name": "h200", "gpu_model": H200_MODEL, "placement_policy": "pack", "offerings": [], "quotas": [],
+            "layouts": [{"node": "node-a", "gpu": 0, "layout": "mig:3g.71gb@0,3g.71gb@4"}]}
+    current = {"sites": [{"name": "dc1", "pools": [pool]}], "projects": [], "webhooks": [{"url": "https://old", "event_types": []}]}
+    wanted = {"sites": [{"name": "dc1", "pools": [{**pool, "layouts": [{"node": "node-a", "gpu": 0, "layout": "timeslice:4"},
+                                                                         {"node": "node-a", "gpu": 1, "layout": "whole"}]}]}],
+              "projects": [], "webhooks": []}
+    changes, left = plan(current, wanted)
+    assert [change.line() for change in changes] == [
+        "! layout dc1/h200 node-a GPU 0: mig:3g.71gb@0,3g.71gb@4 -> timeslice:4: an operator's change "
+        "(ops.device_set_layout at psql); the API has no method for it"]
+    assert changes[0].method is None and left == ["webhook https://old"]
