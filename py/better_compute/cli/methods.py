@@ -3,8 +3,9 @@
 `catalog.json` holds the rows of `api.catalog()` (refresh it with scripts/catalog_snapshot.py):
 each API group is a command group in kebab-case (joinTokens → join-tokens), each method a
 command, each property of its input schema an option (pool_id → --pool-id) typed from the schema.
-Nothing here is written per method except EXTENSIONS (`reservations create --wait`), so a method
-added to the catalog becomes a command when catalog.json is refreshed.
+Nothing here is written per method except EXTENSIONS (`reservations create --wait --for`, `--watch`
+on the lists, the phase column), so a method added to the catalog becomes a command when
+catalog.json is refreshed.
 """
 
 from __future__ import annotations
