@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo demo-bare-metal demo-vps test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify bench-scale bench-ha clean
+.PHONY: help setup demo demo-bare-metal demo-vps test lint pgtap pytest fuzz bench bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify bench-cli bench-scale bench-ha clean
 
 help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
@@ -15,13 +15,14 @@ help:
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"
 	@echo "make fuzz   - schemathesis with fresh seeds against the HTTP API (FUZZ_RUNS=5, FUZZ_EXAMPLES=100)"
-	@echo "make bench  - benchmarks (not a test, ~12 min; one: make bench-capacity|worker|api|nodes|plans|notify):"
+	@echo "make bench  - benchmarks (not a test, ~12 min; one: make bench-capacity|worker|api|nodes|plans|notify|cli):"
 	@echo "             1,000-node fleet, reservations/s, capacity queries (~3 min);"
 	@echo "             outbox events/s to webhooks, work items/s with 1 and 4 workers;"
 	@echo "             reservations/s through the HTTP relay vs. in the database at 8 clients;"
 	@echo "             5,000 simulated nodes on one gateway: heartbeat statements/s, spec-to-ack latency;"
 	@echo "             a fleet growing from empty tables to 100k bookings: CPU per admission per quarter (plans);"
-	@echo "             commits/s with fsync on at 1/2/8/16 clients, with a plain NOTIFY vs the gated wake-up (notify)"
+	@echo "             commits/s with fsync on at 1/2/8/16 clients, with a plain NOTIFY vs the gated wake-up (notify);"
+	@echo "             better-compute --help start-up time (cli, target < 0.3 s)"
 	@echo "make bench-scale - reservations/s at 8 clients through 1 API relay vs 2 (the ratio; docs/scale.md)"
 	@echo "make bench-ha - failover figures: Patroni switchover and kill -9 of the primary under load (~2 min)"
 	@echo "make clean  - stop the demo cluster and remove ./.bc/"
@@ -67,9 +68,9 @@ fuzz: setup
 	  BC_FUZZ_SEED=random BC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_relay_http.py -k schemathesis || exit 1; \
 	done
 
-bench: bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify
+bench: bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify bench-cli
 
-bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify bench-scale bench-ha: bench-%: setup
+bench-capacity bench-worker bench-api bench-nodes bench-plans bench-notify bench-cli bench-scale bench-ha: bench-%: setup
 	$(PY) bench/$*.py
 
 clean:

@@ -36,6 +36,21 @@ CREATE VIEW ops.nodes AS
       JOIN compute.sites AS s ON s.site_id = n.site_id
       LEFT JOIN compute.node_sessions AS ns ON ns.node_id = n.node_id;
 COMMENT ON VIEW ops.nodes IS 'Every node: pool, GPUs present, flags (who, why, when), drain state (draining until no booking is live now), connected and the age since last heard, its GPUs'' conditions (who, why, since when) and how many GPUs a critical one keeps out of placement.';
+COMMENT ON COLUMN ops.nodes.node_id IS 'The node''s id (what ops.node_* functions accept besides site/name).';
+COMMENT ON COLUMN ops.nodes.name IS 'The node''s name, unique within its site only: two sites may each have a node-1.';
+COMMENT ON COLUMN ops.nodes.site IS 'The site''s name.';
+COMMENT ON COLUMN ops.nodes.pool IS 'The pool''s name.';
+COMMENT ON COLUMN ops.nodes.gpu_model IS 'The pool''s one GPU model.';
+COMMENT ON COLUMN ops.nodes.gpus IS 'GPUs present in the last inventory.';
+COMMENT ON COLUMN ops.nodes.flags IS 'Flags set on the node: cordoned, draining, quarantined (none: NULL).';
+COMMENT ON COLUMN ops.nodes.drain IS 'draining while a booking is live now on a draining node, then drained; NULL when not draining.';
+COMMENT ON COLUMN ops.nodes.flag_details IS 'Per flag: who set it (by), why (reason), when (at) and when a drain completed.';
+COMMENT ON COLUMN ops.nodes.inventory_at IS 'When the node last reported its inventory.';
+COMMENT ON COLUMN ops.nodes.created_at IS 'When the node registered.';
+COMMENT ON COLUMN ops.nodes.connected IS 'Whether a gateway session is open and heard within session_timeout_seconds (disconnected is not dead: nothing is released).';
+COMMENT ON COLUMN ops.nodes.last_heard_seconds IS 'Seconds since the gateway last heard the node (NULL: never).';
+COMMENT ON COLUMN ops.nodes.gpu_conditions IS 'Each GPU condition: gpu_uuid, index, type, status, critical, reason, message, who set it, since, reported_at.';
+COMMENT ON COLUMN ops.nodes.gpus_unschedulable IS 'GPUs that a critical condition keeps out of placement.';
 
 CREATE VIEW ops.pool_capacity AS
     WITH now_ AS (SELECT ops.now() AS t)
@@ -53,6 +68,15 @@ CREATE VIEW ops.pool_capacity AS
      WHERE a.valid @> now_.t
      GROUP BY p.pool_id, p.name, p.gpu_model, a.shape;
 COMMENT ON VIEW ops.pool_capacity IS 'Atoms valid now per pool and shape: total, bookable, held now, held in future, on flagged (cordoned, draining, quarantined) nodes.';
+COMMENT ON COLUMN ops.pool_capacity.pool_id IS 'The pool''s id.';
+COMMENT ON COLUMN ops.pool_capacity.pool IS 'The pool''s name.';
+COMMENT ON COLUMN ops.pool_capacity.gpu_model IS 'The pool''s GPU model.';
+COMMENT ON COLUMN ops.pool_capacity.shape IS 'The atom shape: gpu, slot or mig:<profile>.';
+COMMENT ON COLUMN ops.pool_capacity.total IS 'Atoms of the shape valid now.';
+COMMENT ON COLUMN ops.pool_capacity.bookable IS 'Atoms on a present GPU of an unflagged node.';
+COMMENT ON COLUMN ops.pool_capacity.held_now IS 'Atoms a live booking holds now.';
+COMMENT ON COLUMN ops.pool_capacity.held_future IS 'Atoms with a booking that starts later.';
+COMMENT ON COLUMN ops.pool_capacity.cordoned IS 'Atoms on flagged (cordoned, draining, quarantined) nodes.';
 
 CREATE VIEW ops.atom_holders AS
     WITH now_ AS (SELECT ops.now() AS t)
@@ -73,23 +97,90 @@ CREATE VIEW ops.atom_holders AS
                           ORDER BY lower(b.during) LIMIT 1) AS nxt ON true
      WHERE a.valid @> now_.t;
 COMMENT ON VIEW ops.atom_holders IS 'Who holds each atom (or an overlapping part of its GPU) now, until when, and who holds it next.';
+COMMENT ON COLUMN ops.atom_holders.pool IS 'The pool''s name.';
+COMMENT ON COLUMN ops.atom_holders.node IS 'The node''s name.';
+COMMENT ON COLUMN ops.atom_holders.device_uuid IS 'The GPU''s uuid (GPU-…).';
+COMMENT ON COLUMN ops.atom_holders.device_index IS 'The GPU''s index on its node.';
+COMMENT ON COLUMN ops.atom_holders.atom_id IS 'The atom: what a booking holds.';
+COMMENT ON COLUMN ops.atom_holders.shape IS 'gpu, slot or mig:<profile>.';
+COMMENT ON COLUMN ops.atom_holders.placement IS 'A MIG instance''s start slice (NULL otherwise).';
+COMMENT ON COLUMN ops.atom_holders.slot IS 'A time-slice slot''s number (NULL otherwise).';
+COMMENT ON COLUMN ops.atom_holders.layout IS 'The GPU''s current layout.';
+COMMENT ON COLUMN ops.atom_holders.holder_reservation IS 'The reservation holding the atom, or an overlapping part of its GPU, now.';
+COMMENT ON COLUMN ops.atom_holders.holder_tenant IS 'Its tenant.';
+COMMENT ON COLUMN ops.atom_holders.held_until IS 'When that booking ends.';
+COMMENT ON COLUMN ops.atom_holders.next_reservation IS 'The next reservation to hold the atom.';
+COMMENT ON COLUMN ops.atom_holders.next_tenant IS 'Its tenant.';
+COMMENT ON COLUMN ops.atom_holders.next_from IS 'When it starts.';
+
+CREATE VIEW ops.devices AS
+    WITH now_ AS (SELECT ops.now() AS t)
+    SELECT d.uuid AS device_uuid, s.name AS site, p.name AS pool, n.name AS node, d.index, d.model, d.memory_mib, d.layout,
+           d.layout_since, d.present,
+           (SELECT count(*) FROM compute.atoms AS a WHERE a.device_id = d.device_id AND a.valid @> now_.t) AS atoms,
+           (SELECT count(*) FROM compute.atoms AS a
+             WHERE a.device_id = d.device_id AND a.valid @> now_.t
+               AND EXISTS (SELECT 1 FROM compute.bookings AS b WHERE b.atom_id = a.atom_id AND b.state IN ('provisional', 'active')
+                                                                AND b.during @> now_.t)) AS atoms_held_now,
+           (SELECT pg_catalog.array_agg(c.type ORDER BY c.type) FROM compute.device_conditions AS c
+             WHERE c.device_id = d.device_id AND c.critical) AS critical_conditions,
+           d.pci_bus_id, d.numa_node, d.nvlink_peers, d.mig_supported, d.device_id, d.node_id, n.pool_id, d.site_id
+      FROM now_, compute.devices AS d
+      JOIN compute.nodes AS n ON n.node_id = d.node_id
+      JOIN compute.pools AS p ON p.pool_id = n.pool_id
+      JOIN compute.sites AS s ON s.site_id = d.site_id;
+COMMENT ON VIEW ops.devices IS 'Every GPU: where it is (site, pool, node, index), what it is, its layout, whether it is present, its atoms valid now and how many are held, and the critical conditions that keep it out of placement.';
+COMMENT ON COLUMN ops.devices.device_uuid IS 'The GPU''s uuid (GPU-…): what ops.device_set_layout takes.';
+COMMENT ON COLUMN ops.devices.site IS 'The site''s name.';
+COMMENT ON COLUMN ops.devices.pool IS 'The pool''s name.';
+COMMENT ON COLUMN ops.devices.node IS 'The node''s name.';
+COMMENT ON COLUMN ops.devices.index IS 'The GPU''s index on its node (nvidia-smi''s).';
+COMMENT ON COLUMN ops.devices.model IS 'The GPU model.';
+COMMENT ON COLUMN ops.devices.memory_mib IS 'GPU memory in MiB.';
+COMMENT ON COLUMN ops.devices.layout IS 'whole, timeslice:N or mig:profile@placement,…';
+COMMENT ON COLUMN ops.devices.layout_since IS 'Since when that layout holds.';
+COMMENT ON COLUMN ops.devices.present IS 'Whether the last inventory reported the GPU (absent: a condition, bookings are kept).';
+COMMENT ON COLUMN ops.devices.atoms IS 'Bookable units of the GPU valid now.';
+COMMENT ON COLUMN ops.devices.atoms_held_now IS 'Of those, how many a live booking holds now.';
+COMMENT ON COLUMN ops.devices.critical_conditions IS 'Types of critical conditions that keep the GPU out of placement (NULL: none).';
+COMMENT ON COLUMN ops.devices.pci_bus_id IS 'The PCI bus id.';
+COMMENT ON COLUMN ops.devices.numa_node IS 'The NUMA node (NULL: unknown).';
+COMMENT ON COLUMN ops.devices.nvlink_peers IS 'Uuids of the GPUs it has NVLink to.';
+COMMENT ON COLUMN ops.devices.mig_supported IS 'Whether it can be partitioned with MIG.';
+COMMENT ON COLUMN ops.devices.device_id IS 'The GPU''s id in the database.';
+COMMENT ON COLUMN ops.devices.node_id IS 'Its node''s id.';
+COMMENT ON COLUMN ops.devices.pool_id IS 'Its pool''s id.';
+COMMENT ON COLUMN ops.devices.site_id IS 'Its site''s id.';
 
 CREATE FUNCTION ops.node_id(p_node text)
 RETURNS uuid
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = ''
 AS $$
 DECLARE
-    v_node_id uuid;
+    v_node_ids uuid[];
+    v_names    text[];
 BEGIN
-    SELECT n.node_id INTO v_node_id FROM compute.nodes AS n
-     WHERE n.node_id::text = p_node OR n.name = p_node;
-    IF v_node_id IS NULL THEN
-        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no node %L', p_node), 'Name a node by its id or name (see ops.nodes).');
+    -- A node by its id, its site/name, or its bare name. Names are unique per site only (two tenants
+    -- may each have a node-1): a bare name that several nodes share is refused, naming each one, so
+    -- that an operator never flags, fences or drains another tenant's node by accident.
+    SELECT pg_catalog.array_agg(n.node_id ORDER BY s.name, n.node_id), pg_catalog.array_agg(s.name || '/' || n.name ORDER BY s.name, n.node_id)
+      INTO v_node_ids, v_names
+      FROM compute.nodes AS n JOIN compute.sites AS s ON s.site_id = n.site_id
+     WHERE n.node_id::text = p_node OR n.name = p_node OR s.name || '/' || n.name = p_node;
+    IF v_node_ids IS NULL THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no node %L', p_node),
+            'Name a node by its id, site/name or name (see ops.nodes).');
     END IF;
-    RETURN v_node_id;
+    IF pg_catalog.cardinality(v_node_ids) > 1 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT',
+            pg_catalog.format('node name %L is ambiguous: %s nodes have it (%s)', p_node, pg_catalog.cardinality(v_node_ids),
+                              pg_catalog.array_to_string(v_names, ', ')),
+            pg_catalog.format('Name the node as site/name (%s) or by its id (see ops.nodes).', pg_catalog.array_to_string(v_names, ', ')));
+    END IF;
+    RETURN v_node_ids[1];
 END
 $$;
-COMMENT ON FUNCTION ops.node_id(text) IS 'A node''s id from its id or name.';
+COMMENT ON FUNCTION ops.node_id(text) IS 'A node''s id from its id, site/name or name; a name several sites use is refused (INVALID_ARGUMENT naming each).';
 
 CREATE FUNCTION ops.node_cordon(p_node text, p_reason text) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = ''
@@ -125,6 +216,16 @@ AS $$ SELECT * FROM compute.capacity_earliest(p_pool_id, p_shape, p_count, p_dur
 COMMENT ON FUNCTION ops.capacity_earliest(uuid, text, integer, interval, timestamptz) IS 'Earliest window for count atoms of a shape, or the reason there is none.';
 
 CREATE FUNCTION ops.device_set_layout(p_device_uuid text, p_layout text, p_at timestamptz DEFAULT NULL) RETURNS integer
-LANGUAGE sql SECURITY DEFINER SET search_path = ''
-AS $$ SELECT compute.device_set_layout((SELECT d.device_id FROM compute.devices AS d WHERE d.uuid = p_device_uuid), p_layout, p_at) $$;
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''
+AS $$
+DECLARE
+    v_device_id uuid := (SELECT d.device_id FROM compute.devices AS d WHERE d.uuid = p_device_uuid);
+BEGIN
+    IF v_device_id IS NULL THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no GPU %L', p_device_uuid),
+            'Name a GPU by its uuid (GPU-…), as ops.devices lists them.');
+    END IF;
+    RETURN compute.device_set_layout(v_device_id, p_layout, p_at);
+END
+$$;
 COMMENT ON FUNCTION ops.device_set_layout(text, text, timestamptz) IS 'Change a GPU''s layout (whole | timeslice:N | mig:profile@placement,...) now or at a future time.';

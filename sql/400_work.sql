@@ -305,10 +305,30 @@ CREATE VIEW ops.work AS
            w.lease_epoch, w.lease_expires_at, w.repoke, w.last_error, w.updated_at
       FROM compute.work AS w WHERE w.state IN ('pending', 'running', 'dead');
 COMMENT ON VIEW ops.work IS 'Live and dead work items.';
+COMMENT ON COLUMN ops.work.work_id IS 'The work item.';
+COMMENT ON COLUMN ops.work.kind IS 'What it does (webhook.deliver, …).';
+COMMENT ON COLUMN ops.work.key IS 'What it is about; one live item per kind and key.';
+COMMENT ON COLUMN ops.work.state IS 'pending, running or dead.';
+COMMENT ON COLUMN ops.work.priority IS 'Higher runs first.';
+COMMENT ON COLUMN ops.work.run_at IS 'Not before this time.';
+COMMENT ON COLUMN ops.work.attempts IS 'Attempts so far.';
+COMMENT ON COLUMN ops.work.max_attempts IS 'When attempts reach it, the item is dead.';
+COMMENT ON COLUMN ops.work.lease_owner IS 'The worker holding it.';
+COMMENT ON COLUMN ops.work.lease_epoch IS 'The fencing token of that lease.';
+COMMENT ON COLUMN ops.work.lease_expires_at IS 'When the lease lapses unless renewed.';
+COMMENT ON COLUMN ops.work.repoke IS 'Whether it runs again after the current run.';
+COMMENT ON COLUMN ops.work.last_error IS 'The last failure.';
+COMMENT ON COLUMN ops.work.updated_at IS 'Last change.';
 CREATE VIEW ops.work_dead AS
     SELECT w.work_id, w.kind, w.key, w.attempts, w.last_error, w.updated_at AS died_at
       FROM compute.work AS w WHERE w.state = 'dead';
 COMMENT ON VIEW ops.work_dead IS 'Work items past their attempt bound; ops.work_retry(work_id) queues one again.';
+COMMENT ON COLUMN ops.work_dead.work_id IS 'The item: ops.work_retry(work_id) queues it again.';
+COMMENT ON COLUMN ops.work_dead.kind IS 'What it does.';
+COMMENT ON COLUMN ops.work_dead.key IS 'What it is about.';
+COMMENT ON COLUMN ops.work_dead.attempts IS 'Attempts it had.';
+COMMENT ON COLUMN ops.work_dead.last_error IS 'The last failure.';
+COMMENT ON COLUMN ops.work_dead.died_at IS 'When it gave up.';
 CREATE FUNCTION ops.work_retry(p_work_id bigint) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.work_retry(p_work_id) $$;
 COMMENT ON FUNCTION ops.work_retry(bigint) IS 'Queue a dead work item again with fresh attempts.';

@@ -353,6 +353,15 @@ CREATE VIEW ops.webhook_dead_letters AS
       JOIN compute.outbox AS o ON o.event_id = d.event_id
      WHERE d.state = 'dead';
 COMMENT ON VIEW ops.webhook_dead_letters IS 'Deliveries that gave up; ops.webhook_replay(delivery_id) sends one again.';
+COMMENT ON COLUMN ops.webhook_dead_letters.delivery_id IS 'The delivery: ops.webhook_replay(delivery_id) sends it again.';
+COMMENT ON COLUMN ops.webhook_dead_letters.tenant_id IS 'The webhook''s tenant.';
+COMMENT ON COLUMN ops.webhook_dead_letters.url IS 'Where it was sent.';
+COMMENT ON COLUMN ops.webhook_dead_letters.event_type IS 'The event''s type.';
+COMMENT ON COLUMN ops.webhook_dead_letters.event_id IS 'The outbox event.';
+COMMENT ON COLUMN ops.webhook_dead_letters.attempts IS 'Attempts it had.';
+COMMENT ON COLUMN ops.webhook_dead_letters.last_status IS 'The last HTTP status (NULL: no answer).';
+COMMENT ON COLUMN ops.webhook_dead_letters.last_error IS 'The last failure.';
+COMMENT ON COLUMN ops.webhook_dead_letters.created_at IS 'When the delivery was queued.';
 CREATE FUNCTION ops.webhook_replay(p_delivery_id uuid) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.webhook_replay(p_delivery_id) $$;
 COMMENT ON FUNCTION ops.webhook_replay(uuid) IS 'Send a dead-lettered webhook delivery again.';

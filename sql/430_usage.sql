@@ -139,3 +139,14 @@ CREATE VIEW ops.usage AS
            round(u.gpu_seconds / 3600, 6) AS gpu_hours, u.ledger_key, u.sent_at
       FROM compute.usage_windows AS u;
 COMMENT ON VIEW ops.usage IS 'Usage windows (per reservation per hour) and whether the ledger has them.';
+COMMENT ON COLUMN ops.usage.tenant_id IS 'The tenant.';
+COMMENT ON COLUMN ops.usage.project_id IS 'The project (NULL: none).';
+COMMENT ON COLUMN ops.usage.pool_id IS 'The pool.';
+COMMENT ON COLUMN ops.usage.shape IS 'The shape reserved.';
+COMMENT ON COLUMN ops.usage.reservation_id IS 'The reservation.';
+COMMENT ON COLUMN ops.usage.window_start IS 'The hour the window covers.';
+COMMENT ON COLUMN ops.usage.atom_seconds IS 'Atom-seconds reserved in it.';
+COMMENT ON COLUMN ops.usage.gpu_seconds IS 'GPU-seconds: atom-seconds times each atom''s GPU fraction.';
+COMMENT ON COLUMN ops.usage.gpu_hours IS 'gpu_seconds / 3600.';
+COMMENT ON COLUMN ops.usage.ledger_key IS 'The ledger''s idempotency key for the window.';
+COMMENT ON COLUMN ops.usage.sent_at IS 'When the ledger took it (NULL: not yet).';

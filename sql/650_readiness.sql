@@ -207,8 +207,16 @@ COMMENT ON FUNCTION compute.bookings_readiness(jsonb) IS 'A reservation''s readi
 -- -- ops (bc_operator) --------------------------------------------------------------------------------
 
 CREATE FUNCTION ops.booking_readiness(p_booking_id bigint) RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = ''
-AS $$ SELECT compute.booking_readiness(p_booking_id) $$;
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = ''
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM compute.bookings AS b WHERE b.booking_id = p_booking_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no booking %s', p_booking_id),
+            'ops.readiness lists the bookings by id, with their reservation and node.');
+    END IF;
+    RETURN compute.booking_readiness(p_booking_id);
+END
+$$;
 COMMENT ON FUNCTION ops.booking_readiness(bigint) IS 'A booking''s readiness (what ops.readiness shows), for operators.';
 
 CREATE VIEW ops.readiness AS
@@ -223,6 +231,20 @@ CREATE VIEW ops.readiness AS
       CROSS JOIN LATERAL (SELECT ops.booking_readiness(b.booking_id) AS r) AS x
      WHERE b.state = 'active' AND b.during @> ops.now();
 COMMENT ON VIEW ops.readiness IS 'Every booking holding now: ready, waiting_for_node or failed, and why.';
+COMMENT ON COLUMN ops.readiness.booking_id IS 'The booking (one atom of a reservation).';
+COMMENT ON COLUMN ops.readiness.reservation_id IS 'Its reservation.';
+COMMENT ON COLUMN ops.readiness.tenant_id IS 'The tenant holding it.';
+COMMENT ON COLUMN ops.readiness.node IS 'The node''s name.';
+COMMENT ON COLUMN ops.readiness.node_id IS 'The node''s id.';
+COMMENT ON COLUMN ops.readiness.device_uuid IS 'The GPU''s uuid.';
+COMMENT ON COLUMN ops.readiness.kind IS 'gpu, mig or slot.';
+COMMENT ON COLUMN ops.readiness.profile IS 'A MIG profile (NULL otherwise).';
+COMMENT ON COLUMN ops.readiness.placement IS 'A MIG instance''s start slice.';
+COMMENT ON COLUMN ops.readiness.slot IS 'A time-slice slot.';
+COMMENT ON COLUMN ops.readiness.state IS 'ready, waiting_for_node or failed.';
+COMMENT ON COLUMN ops.readiness.reason IS 'Why it waits or failed.';
+COMMENT ON COLUMN ops.readiness.granted_generation IS 'The spec generation that grants the device to the node.';
+COMMENT ON COLUMN ops.readiness.observed_generation IS 'The spec generation the node last acknowledged.';
 
 CREATE VIEW ops.withdrawals AS
     SELECT g.node_id, n.name AS node, b.booking_id, b.reservation_id, d.uuid AS device_uuid, g.withdrawn_generation,
@@ -234,6 +256,17 @@ CREATE VIEW ops.withdrawals AS
       LEFT JOIN compute.node_specs AS s ON s.node_id = g.node_id
      WHERE g.withdrawn_generation IS NOT NULL AND g.withdrawal_acked_generation IS NULL AND g.fenced_at IS NULL;
 COMMENT ON VIEW ops.withdrawals IS 'Ended bookings whose node has not confirmed the device withdrawn (nothing using it): their next holders wait.';
+COMMENT ON COLUMN ops.withdrawals.node_id IS 'The node''s id.';
+COMMENT ON COLUMN ops.withdrawals.node IS 'The node''s name.';
+COMMENT ON COLUMN ops.withdrawals.booking_id IS 'The ended booking.';
+COMMENT ON COLUMN ops.withdrawals.reservation_id IS 'Its reservation.';
+COMMENT ON COLUMN ops.withdrawals.device_uuid IS 'The GPU''s uuid.';
+COMMENT ON COLUMN ops.withdrawals.withdrawn_generation IS 'The spec generation that withdraws the device.';
+COMMENT ON COLUMN ops.withdrawals.observed_generation IS 'The spec generation the node last acknowledged.';
+COMMENT ON COLUMN ops.withdrawals.withdrawal_acked_generation IS 'The generation at which the node confirmed it (NULL here: not yet).';
+COMMENT ON COLUMN ops.withdrawals.fenced_by IS 'Who fenced the node out of band (ops.node_fence).';
+COMMENT ON COLUMN ops.withdrawals.fenced_reason IS 'Why.';
+COMMENT ON COLUMN ops.withdrawals.fenced_at IS 'When.';
 
 CREATE FUNCTION ops.node_fence(p_node text, p_reason text)
 RETURNS integer

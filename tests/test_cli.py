@@ -28,7 +28,7 @@ import pytest
 import typer.main
 from psycopg.types.json import Jsonb
 
-from better_compute.cli import app
+from better_compute.cli import app, load
 from better_compute.cli.methods import catalog, kebab
 from fleet import H200_MODEL, MIG_2X_3G, device_id, h200_inventory
 from iam_server import write_static_iam
@@ -185,9 +185,11 @@ def test_a_read_sends_the_api_headers_and_prints_a_table(connected: dict[str, st
               "created_at": "2030-06-01T12:00:00.5+00:00"} for n in range(3)]
     relay.data("sites.list", sites)
     lines = ok(bc(connected, "sites", "list")).splitlines()
-    assert lines[0].split() == ["name", "site_id", "tenant_id", "created_at"]
-    assert lines[1].split() == ["dc-0", sites[0]["site_id"][:8], TENANT[:8], "2030-06-01T12:00Z"]
-    [seen] = relay.requests
+    assert lines[0].split() == ["name", "site_id", "tenant_id"]  # created_at would pass 80 columns
+    assert lines[1].split() == ["dc-0", sites[0]["site_id"], TENANT]  # ids whole: people copy them
+    wide = ok(bc(connected | {"COLUMNS": "120"}, "sites", "list")).splitlines()
+    assert wide[1].split() == ["dc-0", sites[0]["site_id"], TENANT, "2030-06-01T12:00Z"]
+    seen = relay.requests[0]
     assert seen.method == "sites.list" and seen.body == {}  # a read carries no idempotency key
     assert (seen.headers["x-better-compute"], seen.headers["authorization"], seen.headers["x-tenant-id"]) == \
         ("1", f"Bearer {TOKEN}", TENANT)
@@ -207,7 +209,7 @@ def test_json_prints_the_data_and_global_options_go_before_the_group_or_after_th
 def test_one_object_is_key_value_lines_with_its_lists_as_tables(connected: dict[str, str], relay: FakeRelay) -> None:
     relay.data("reservations.get", reservation())
     lines = ok(bc(connected, "reservations", "get", "--reservation-id", RESERVATION)).splitlines()
-    assert lines[:3] == [f"reservation_id: {RESERVATION}", "state: active", "shape: mig:3g.71gb"]  # ids in full
+    assert lines[:4] == [f"reservation_id: {RESERVATION}", "phase: active", "state: active", "shape: mig:3g.71gb"]
     assert "ended_at: null" in lines and f"pool_id: {POOL}" in lines
     table = lines[lines.index("bookings:") + 1:]
     assert table[0].split()[:4] == ["state", "node", "cdi_name", "kind"]
@@ -220,8 +222,8 @@ def test_tables_fit_80_columns(connected: dict[str, str], relay: FakeRelay) -> N
     relay.data("reservations.list", rows)
     lines = ok(bc(connected, "reservations", "list")).splitlines()
     assert len(lines) == 5 and all(len(line) <= 80 for line in lines), "\n".join(lines)
-    assert lines[0].split()[:5] == ["reservation_id", "state", "shape", "count", "start"]
-    assert lines[1].startswith(RESERVATION[:8] + " ")
+    assert lines[0].split()[:5] == ["reservation_id", "phase", "state", "shape", "count"]
+    assert lines[1].startswith(RESERVATION + " ")
     wide = ok(bc(connected | {"COLUMNS": "300"}, "reservations", "list")).splitlines()
     assert "reason" in wide[0].split() and "x" * 29 + "…" in wide[1]  # long cells are cut with …
 
@@ -316,8 +318,8 @@ def test_an_error_answer_prints_code_message_and_hint(connected: dict[str, str],
     result = bc(connected, "reservations", "create", "--pool-id", POOL, "--shape", "mig:3g.71gb", "--count", "2",
                 "--end", "2030-06-01T14:00:00Z")
     assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr == ("CAPACITY_CONFLICT: no 2 free mig:3g.71gb in the window\n"
-                             "Hint: Ask capacity.earliest for a start that fits.\n")
+    assert result.stderr == ("CAPACITY_CONFLICT: no 2 free mig:3g.71gb in the window\n"  # the hint in CLI terms
+                             "Hint: Ask `better-compute capacity earliest` for a start that fits.\n")
     relay.error("sites.get", 404, "NOT_FOUND", "no site x", None)
     result = bc(connected, "sites", "get", "--site-id", POOL)
     assert (result.returncode, result.stderr) == (1, "NOT_FOUND: no site x\n")
@@ -471,7 +473,7 @@ def test_watch_resumes_after_a_dropped_stream_and_ctrl_c_exits_0(connected: dict
     lines, ended = watch_lines(connected, 3, "--after", "0:9")
     assert ended.returncode == 0, ended.stderr
     assert [line.split()[1] for line in lines] == ["site.created", "pool.created", "reservation.activated"]
-    assert lines[0].split() == ["2030-06-01T12:00Z", "site.created", f"reservation/{RESERVATION[:8]}", "1:1"]
+    assert lines[0].split() == ["2030-06-01T12:00Z", "site.created", f"reservation/{RESERVATION}", "1:1"]
     assert relay.watch_cursors[:2] == ["0:9", "1:2"]  # resumed from the last event printed
     assert "reconnecting" in ended.stderr
     assert relay.requests == []  # and no POST
@@ -479,7 +481,7 @@ def test_watch_resumes_after_a_dropped_stream_and_ctrl_c_exits_0(connected: dict
 
 def test_watch_prints_one_json_per_line(connected: dict[str, str], relay: FakeRelay) -> None:
     relay.streams = [[sse("1:1", "site.created"), sse("1:2", "pool.created")]]
-    lines, ended = watch_lines(connected, 2, "--format", "json")
+    lines, ended = watch_lines(connected, 2, "--format", "json", "--since", "beginning")
     assert ended.returncode == 0 and [json.loads(line)["id"] for line in lines] == ["1:1", "1:2"]
     assert relay.watch_cursors[0] is None
 
@@ -489,15 +491,17 @@ def test_watch_prints_one_json_per_line(connected: dict[str, str], relay: FakeRe
 
 def test_every_catalog_method_is_a_command_with_its_inputs_as_options() -> None:
     root = typer.main.get_command(app)
+    groups = {name: load(name) for name in {kebab(method.group) for method in catalog().values()}}
     for method in catalog().values():
         schema = method.input_schema
         assert schema["type"] == "object" and schema.get("additionalProperties") is False, method.name
         assert method.kind in ("read", "mutation")
         assert ("idempotency_key" in schema["properties"]) == method.mutation, method.name
-        command = root.commands[kebab(method.group)].commands[method.command]  # type: ignore[attr-defined]
+        assert kebab(method.group) in root.commands  # type: ignore[attr-defined]
+        command = groups[kebab(method.group)].commands[method.command]  # type: ignore[attr-defined]
         flags = {flag for param in command.params for flag in param.opts}
         assert {f"--{kebab(prop)}" for prop in schema["properties"]} <= flags, method.name
-    assert "watch" in root.commands["events"].commands  # type: ignore[attr-defined]
+    assert "watch" in groups["events"].commands  # type: ignore[attr-defined]
 
 
 def test_the_other_groups_still_work(env: dict[str, str]) -> None:
@@ -540,8 +544,8 @@ def test_acceptance_site_pool_offering_reservation_release(db_dsn: str, env: dic
         assert "has not acknowledged spec generation" in created.stderr
         reservation_id = created.stderr.split("TIMEOUT: reservation ")[1].split()[0]
         table = ok(bc(user, "reservations", "list")).splitlines()
-        assert table[0].split()[:2] == ["reservation_id", "state"] and all(len(line) <= 80 for line in table)
-        assert table[1].split()[:2] == [reservation_id[:8], "active"]
+        assert table[0].split()[:3] == ["reservation_id", "phase", "state"] and all(len(line) <= 80 for line in table)
+        assert table[1].split()[:3] == [reservation_id, "active", "active"]  # held, no node exposed it: not ready
         document = json.loads(ok(bc(user, "--format", "json", "reservations", "get", "--reservation-id",
                                     reservation_id)))
         # The node has reported no MIG instance yet: nothing it could expose, so no CDI name.
@@ -559,6 +563,7 @@ def test_acceptance_site_pool_offering_reservation_release(db_dsn: str, env: dic
         assert missing.returncode == 1 and missing.stderr.startswith("NOT_FOUND: ")
         denied = bc(user | {"BETTER_COMPUTE_TOKEN": "wrong"}, "sites", "list")
         assert denied.returncode == 1 and denied.stderr.startswith("ACCESS_DENIED: "), denied.stderr
+        assert "\nHint: Check your token" in denied.stderr  # not "ask your administrator for a permission"
 
 
 def load_script(name: str) -> ModuleType:
@@ -574,3 +579,73 @@ def test_the_shipped_catalog_is_the_databases(db_dsn: str) -> None:
     scripts/catalog_snapshot.py "$DSN"."""
     snapshot = load_script("catalog_snapshot")
     assert json.loads(snapshot.CATALOG.read_text()) == snapshot.snapshot(db_dsn)
+
+
+# --- habits (issue 17): formats, columns, --for, phase, --watch, --since now, whoami, --version ---------
+
+
+def test_yaml_and_columns(connected: dict[str, str], relay: FakeRelay) -> None:
+    relay.data("reservations.list", [reservation(), reservation("released", reservation_id=str(uuid.uuid4()))])
+    picked = ok(bc(connected, "reservations", "list", "--columns", "reservation_id,phase,end")).splitlines()
+    assert picked[0].split() == ["reservation_id", "phase", "end"]
+    assert picked[1].split() == [RESERVATION, "active", "2030-06-01T14:00Z"]
+    assert picked[2].split()[1] == "ended"
+    import yaml
+
+    rows = yaml.safe_load(ok(bc(connected, "reservations", "list", "-o", "yaml", "--columns", "reservation_id,phase")))
+    assert rows[0] == {"reservation_id": RESERVATION, "phase": "running"}  # yaml and json: the API's answer
+
+
+def test_phase_is_pending_active_ready_or_ended() -> None:
+    from better_compute.cli.reservations import phase
+
+    ready = {"state": "ready", "reason": None}
+    assert [phase(reservation(state, **fields)) for state, fields in [
+        ("provisional", {}), ("active", {"phase": "upcoming"}), ("active", {"readiness": {"state": "waiting_for_node"}}),
+        ("active", {"readiness": ready}), ("active", {"readiness": ready, "phase": "ended"}), ("void", {})]] == \
+        ["pending", "pending", "active", "ready", "ended", "ended"]
+
+
+def test_for_sets_the_end_from_the_start_or_now(connected: dict[str, str], relay: FakeRelay) -> None:
+    relay.data("reservations.create", reservation())
+    create = ("reservations", "create", "--pool-id", POOL, "--shape", "gpu", "--count", "1")
+    ok(bc(connected, *create, "--start", "2030-06-01T12:00:00Z", "--for", "1d2h30m"))
+    before = datetime.now(timezone.utc)
+    ok(bc(connected, *create, "--for", "90m"))
+    first, second = relay.bodies("reservations.create")
+    assert (first["start"], first["end"]) == ("2030-06-01T12:00:00Z", "2030-06-02T14:30:00+00:00")
+    assert timedelta(minutes=89) < datetime.fromisoformat(second["end"]) - before < timedelta(minutes=91)
+
+
+def test_watch_shows_the_list_again_until_ctrl_c(connected: dict[str, str], relay: FakeRelay) -> None:
+    relay.data("nodes.list", [{"node_id": str(uuid.uuid4()), "name": "node-a"}], [{"node_id": str(uuid.uuid4()), "name": "node-b"}])
+    process = subprocess.Popen([*CLI, "nodes", "list", "-w", "--interval", "0.5"], env=connected, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
+    assert process.stdout is not None
+    seen = [process.stdout.readline() for _ in range(6)]
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert seen[0].startswith("every 0.5s") and seen[3].startswith("every 0.5s")
+    assert "node-a" in seen[2] and "node-b" in seen[5] and len(relay.bodies("nodes.list")) >= 2
+
+
+def test_events_watch_starts_from_now_by_default(connected: dict[str, str], relay: FakeRelay) -> None:
+    relay.data("events.list", {"events": [{"id": "1:1"}], "next": "1:1"}, {"events": [], "next": "1:1"})
+    relay.streams = [[sse("1:2", "site.created")]]
+    [printed], ended = watch_lines(connected, 1, "--format", "json")
+    assert ended.returncode == 0 and json.loads(printed)["id"] == "1:2"
+    assert relay.bodies("events.list") == [{"limit": 1000}, {"limit": 1000, "after": "1:1"}]
+    assert relay.watch_cursors[0] == "1:1"  # the stream starts after the newest event
+
+
+def test_whoami_and_version(connected: dict[str, str], relay: FakeRelay) -> None:
+    relay.data("sites.list", [])
+    lines = ok(bc(connected, "whoami")).splitlines()
+    assert f"url: {relay.url}" in lines and "url_from: $BETTER_COMPUTE_URL" in lines and "credential: accepted" in lines
+    assert f"tenant: {TENANT}" in lines and not any(TOKEN in line for line in lines)
+    relay.error("sites.list", 403, "ACCESS_DENIED", "denied: unknown credential", "Ask your administrator for the permission")
+    denied = bc(connected, "whoami", "--token", "wrong-token-123456")
+    assert denied.returncode == 1 and "token_from: --token" in denied.stdout
+    assert denied.stderr.splitlines()[1].startswith("Hint: Check your token: --token, BETTER_COMPUTE_TOKEN")
+    assert ok(bc(connected, "--version")).startswith("better-compute ")

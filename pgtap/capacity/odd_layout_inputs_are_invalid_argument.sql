@@ -21,7 +21,7 @@ SELECT is(pg_temp.refusal('mig:3g.71gb@99999999999'),
           'a placement too large for an integer');
 SELECT is(pg_temp.refusal('mig:3g.71gb@12'), 'BC400: Legal placements of 3g.71gb: [0, 4].', 'a placement the profile does not have');
 SELECT is(pg_temp.refusal('whole', 'infinity'), 'BC400: Omit the time to change now, or pass a future time.', 'a change at infinity');
-SELECT is(pgtap_fixtures.refusal($$SELECT ops.device_set_layout('GPU-nope', 'whole')$$), 'BC404: List devices in ops.atom_holders.',
+SELECT is(pgtap_fixtures.refusal($$SELECT ops.device_set_layout('GPU-nope', 'whole')$$), 'BC404: Name a GPU by its uuid (GPU-…), as ops.devices lists them.',
           'an unknown GPU');
 SELECT is(pg_temp.refusal('whole', '2030-01-01 06:00+00'), 'no error', 'a whole GPU from 06:00 is fine');
 

@@ -48,7 +48,12 @@ _TRANSACTION_LINE = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK)\s*;\s*$", re.IGNORE
 
 
 class PlanError(ValueError):
-    """sqitch.plan holds something this runner does not understand."""
+    """sqitch.plan holds something this runner does not understand, or names no such change."""
+
+
+class SqitchRegistryError(RuntimeError):
+    """The database's changes were deployed by Sqitch: its registry is the `sqitch` schema, and our
+    runner (whose registry is yoyo's tables) would see none of them applied."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,24 @@ def yoyo_url(dsn: str) -> str:
     return f"postgresql+psycopg:///{quote(dbname)}" + (f"?{query}" if query else "")
 
 
+def refuse_sqitch_registry(dsn: str) -> None:
+    """Raise SqitchRegistryError when Sqitch, not our runner, deployed this database (one tool per
+    database: docs/migrations.md)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        sqitch, yoyo = conn.execute(
+            "SELECT pg_catalog.to_regclass('sqitch.changes') IS NOT NULL, "
+            "       pg_catalog.to_regclass('public._yoyo_migrations') IS NOT NULL").fetchone() or (False, False)
+    if sqitch and not yoyo:
+        raise SqitchRegistryError(
+            "this database was deployed by Sqitch (its registry is the sqitch schema): better-compute db would "
+            "not see those changes as applied and would run them again")
+
+
+def checked_target(to: str | None, top: Path) -> set[str] | None:
+    """The changes up to `to` (a change or a tag), or None for all; PlanError naming a wrong one."""
+    return None if to is None else {change.name for change in read_plan(top).upto(to)}
+
+
 @contextmanager
 def yoyo_backend(dsn: str) -> Iterator[DatabaseBackend]:
     """yoyo's backend on `dsn`, its connection closed on exit: left to the garbage collector, it keeps
@@ -223,10 +246,11 @@ def migration_lock(dsn: str) -> Iterator[None]:
 
 def migrate(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list[str]:
     """Apply every change not yet applied (up to change or tag `to`); return their names."""
+    wanted = checked_target(to, top)
+    refuse_sqitch_registry(dsn)
     with yoyo_backend(dsn) as backend, migration_lock(dsn):
         pending = backend.to_apply(migrations(top))
-        if to is not None:
-            wanted = {change.name for change in read_plan(top).upto(to)}
+        if wanted is not None:
             pending = pending.filter(lambda migration: migration.id in wanted)
         backend.apply_migrations(pending)
     return [migration.id for migration in pending]
@@ -234,10 +258,11 @@ def migrate(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list
 
 def revert(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list[str]:
     """Revert applied changes, newest first: all of them, or those after change or tag `to`."""
+    keep = checked_target(to, top)
+    refuse_sqitch_registry(dsn)
     with yoyo_backend(dsn) as backend, migration_lock(dsn):
         applied = backend.to_rollback(migrations(top))
-        if to is not None:
-            keep = {change.name for change in read_plan(top).upto(to)}
+        if keep is not None:
             applied = applied.filter(lambda migration: migration.id not in keep)
         backend.rollback_migrations(applied)
     return [migration.id for migration in applied]
@@ -245,6 +270,7 @@ def revert(dsn: str, top: Path = MIGRATIONS_DIR, to: str | None = None) -> list[
 
 def status(dsn: str, top: Path = MIGRATIONS_DIR) -> list[tuple[str, bool, str]]:
     """Each change of the plan: (name, applied?, note)."""
+    refuse_sqitch_registry(dsn)
     with yoyo_backend(dsn) as backend:
         return [(m.id, backend.is_applied(m), m.change.note) for m in migrations(top)]
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
-import httpx
+if TYPE_CHECKING:
+    import httpx  # imported where used: `--help` and commands without a relay never load it
 
 CALL_TIMEOUT_SECONDS = 30.0
 RETRY_PAUSE_SECONDS = 0.5
@@ -82,7 +83,10 @@ class Client:
     answers a repeated mutation with the stored result instead of doing it twice."""
 
     def __init__(self, settings: Settings) -> None:
+        import httpx
+
         self.settings = settings
+        self.httpx = httpx
         self.http = httpx.Client(headers=settings.headers(), timeout=CALL_TIMEOUT_SECONDS)
 
     def call(self, method: str, body: dict[str, Any], *, mutation: bool, retry: bool = True) -> Any:
@@ -96,7 +100,7 @@ class Client:
         for attempt in range(1, attempts + 1):
             try:
                 response = self.http.post(url, json=body)
-            except httpx.TransportError as error:
+            except self.httpx.TransportError as error:
                 if attempt == attempts:
                     raise connection_error(self.settings, error) from error
                 time.sleep(RETRY_PAUSE_SECONDS)

@@ -70,6 +70,14 @@ def save_profile(name: str, values: dict[str, str]) -> Path:
     return path
 
 
+def sources(flags: dict[str, str | None], profile: str | None) -> dict[str, str]:
+    """Where each field comes from, as `resolve` takes it: a flag, the environment, the profile."""
+    name = profile or os.environ.get(PROFILE_ENVIRONMENT) or DEFAULT_PROFILE
+    saved = load_profiles().get(name, {})
+    return {field: ("--" + field if flags.get(field) else f"${ENVIRONMENT[field]}" if os.environ.get(ENVIRONMENT[field])
+                    else f"profile {name!r}" if saved.get(field) else "not set") for field in FIELDS}
+
+
 def resolve(flags: dict[str, str | None], profile: str | None) -> Settings:
     """Each field from the first of: its flag, its environment variable, the profile. The profile is
     --profile, else BETTER_COMPUTE_PROFILE, else `default` when there is one; a named one must exist."""

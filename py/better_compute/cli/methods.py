@@ -3,8 +3,9 @@
 `catalog.json` holds the rows of `api.catalog()` (refresh it with scripts/catalog_snapshot.py):
 each API group is a command group in kebab-case (joinTokens → join-tokens), each method a
 command, each property of its input schema an option (pool_id → --pool-id) typed from the schema.
-Nothing here is written per method except EXTENSIONS (`reservations create --wait`), so a method
-added to the catalog becomes a command when catalog.json is refreshed.
+Nothing here is written per method except EXTENSIONS (`reservations create --wait --for`, `--watch`
+on the lists, the phase column), so a method added to the catalog becomes a command when
+catalog.json is refreshed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from better_compute.cli import options, wait
+from better_compute.cli import options, reservations, wait
 from better_compute.cli.client import Client
 from better_compute.cli.options import OptionSpec
 
@@ -129,34 +130,74 @@ def input_option(prop: str, schema: dict[str, Any], required: bool) -> OptionSpe
                       inspect.Parameter.empty if required else None, settings)
 
 
+def unchanged_body(body: dict[str, Any], **_: Any) -> dict[str, Any]:
+    return body
+
+
+def unchanged_data(_client: Client, data: Any, **_: Any) -> Any:
+    return data
+
+
+def no_repeat(**_: Any) -> float | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Extension:
-    """Options a method's command has beyond its inputs, and what they do with the answer."""
+    """Options a method's command has beyond its inputs, and what they do: `before` edits the body
+    (values of its options as keywords), `after` the answer, `every` says to repeat the call."""
 
-    options: tuple[OptionSpec, ...]
-    after: Callable[..., Any]  # (client, data, **values of its options) -> data to print
+    options: tuple[OptionSpec, ...] = ()
+    before: Callable[..., dict[str, Any]] = unchanged_body  # (body, **values) -> body to send
+    after: Callable[..., Any] = unchanged_data  # (client, data, **values) -> data to print
+    every: Callable[..., float | None] = no_repeat  # (**values) -> seconds between calls (--watch)
+    optional: frozenset[str] = frozenset()  # required inputs it can fill itself
+    present: options.Present | None = None  # what a table shows beside the answer
 
 
-EXTENSIONS = {"reservations.create": Extension(wait.OPTIONS, wait.until_ready)}
-NO_EXTENSION = Extension((), lambda _client, data: data)
+WAIT = Extension(wait.OPTIONS, after=wait.until_ready)
+FOR = Extension(reservations.FOR_OPTIONS, before=reservations.end_from_duration, optional=frozenset({"end"}))
+WATCH = Extension(reservations.WATCH_OPTIONS, every=lambda watch=False, interval=2.0: interval if watch else None)
+PHASE = Extension(present=reservations.with_phase)
+EXTENSIONS: dict[str, tuple[Extension, ...]] = {
+    "reservations.create": (WAIT, FOR, PHASE),
+    "reservations.get": (PHASE,),
+    "reservations.extend": (PHASE,),
+    "reservations.release": (PHASE,),
+    "reservations.list": (WATCH, PHASE),
+    "nodes.list": (WATCH,),
+}
 
 
 def method_command(method: Method) -> Callable[..., None]:
     schema = method.input_schema
-    required = set(schema.get("required", ()))
+    extensions = EXTENSIONS.get(method.name, ())
+    optional = frozenset().union(*(extension.optional for extension in extensions))
+    required = set(schema.get("required", ())) - optional
     inputs = [input_option(prop, prop_schema, prop in required)
               for prop, prop_schema in schema.get("properties", {}).items()]
     names = {spec.name: prop for spec, prop in zip(inputs, schema.get("properties", {}))}
-    extension = EXTENSIONS.get(method.name, NO_EXTENSION)
+    presents = [extension.present for extension in extensions if extension.present is not None]
 
     def command(ctx: typer.Context, **values: Any) -> None:
         given = options.collect(ctx, values)
-        extra = {spec.name: values.pop(spec.name) for spec in extension.options if spec.name in values}
+        own = [{spec.name: values.pop(spec.name) for spec in extension.options} for extension in extensions]
         body = {names[name]: value for name, value in values.items() if value is not None}
-        options.run(given, lambda client: extension.after(client, method.call(client, body), **extra), method.primary)
+        for extension, extra in zip(extensions, own):
+            body = extension.before(body, **extra)
+        every = next((seconds for extension, extra in zip(extensions, own)
+                      if (seconds := extension.every(**extra)) is not None), None)
+
+        def action(client: Client) -> Any:
+            data = method.call(client, body)
+            for extension, extra in zip(extensions, own):
+                data = extension.after(client, data, **extra)
+            return data
+
+        options.run(given, action, method.primary, presents[0] if presents else None, every)
 
     command.__signature__ = options.signature(  # type: ignore[attr-defined]
-        inputs, extension.options, options.GLOBAL_OPTIONS)
+        inputs, *(extension.options for extension in extensions), options.GLOBAL_OPTIONS)
     command.__doc__ = method.summary
     return command
 
@@ -200,25 +241,15 @@ api_command.__signature__ = options.signature(options.GLOBAL_OPTIONS, arguments=
 ))
 
 
-def group(app: typer.Typer, name: str, help: str) -> typer.Typer:
-    """The app's command group of that name, made if it has none (`audit` exists: `audit proof` joins it)."""
-    for info in app.registered_groups:
-        if info.name == name and info.typer_instance is not None:
-            return info.typer_instance
-    made = typer.Typer(no_args_is_help=True, help=help)
-    app.add_typer(made, name=name)
-    return made
-
-
-def register(app: typer.Typer) -> dict[str, typer.Typer]:
-    """Add a group per API group and `api`; answers the groups, by name, for commands to join them."""
-    by_group: dict[str, list[Method]] = {}
+def by_group() -> dict[str, list[Method]]:
+    groups: dict[str, list[Method]] = {}
     for method in catalog().values():
-        by_group.setdefault(kebab(method.group), []).append(method)
-    groups = {}
-    for name, methods in by_group.items():
-        groups[name] = group(app, name, f"API methods: {', '.join(method.command for method in methods)}.")
-        for method in methods:
-            groups[name].command(method.command, help=method.summary)(method_command(method))
-    app.command("api")(api_command)
+        groups.setdefault(kebab(method.group), []).append(method)
     return groups
+
+
+def add_methods(target: typer.Typer, name: str) -> None:
+    """The catalog's methods of group `name` as commands of `target` (a group with commands of its
+    own: `audit proof` beside `audit export`)."""
+    for method in by_group().get(name, []):
+        target.command(method.command, help=method.summary)(method_command(method))

@@ -9,13 +9,15 @@ the relay's URL then comes from before the group, the environment or the profile
 from __future__ import annotations
 
 import inspect
+import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-from better_compute.cli import config, output
+from better_compute.cli import config, hints, output
 from better_compute.cli.client import ApiError, Client, Settings
 
 PANEL = "Connection and output"
@@ -33,7 +35,9 @@ class OptionSpec:
     settings: dict[str, Any] = field(default_factory=dict)  # more typer.Option arguments (min, parser, …)
 
     def parameter(self) -> inspect.Parameter:
-        option = typer.Option("/".join(self.flags), help=self.help, **self.settings)
+        negated = any(flag.startswith("--no-") for flag in self.flags)  # --x/--no-x: one boolean flag pair
+        declarations = ("/".join(self.flags),) if negated else self.flags
+        option = typer.Option(*declarations, help=self.help, **self.settings)
         return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=self.default,
                                  annotation=Annotated[self.annotation, option])
 
@@ -58,6 +62,7 @@ class GlobalOptions:
     profile: str | None = None
     format: output.OutputFormat | None = None
     query: str | None = None
+    columns: str | None = None
 
     def over(self, below: GlobalOptions) -> GlobalOptions:
         """These options, each unset one taken from `below`."""
@@ -71,13 +76,17 @@ class GlobalOptions:
     def output_format(self) -> output.OutputFormat:
         return self.format or "table"
 
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(name.strip() for name in (self.columns or "").split(",") if name.strip())
+
 
 NAMES = tuple(option.name for option in fields(GlobalOptions))
 PREFIX = "global_"
 
 
-def global_option(name: str, annotation: Any, help: str) -> OptionSpec:
-    return OptionSpec(f"{PREFIX}{name}", (f"--{name}",), annotation, help, settings={"rich_help_panel": PANEL})
+def global_option(name: str, annotation: Any, help: str, *short: str) -> OptionSpec:
+    return OptionSpec(f"{PREFIX}{name}", (f"--{name}", *short), annotation, help, settings={"rich_help_panel": PANEL})
 
 
 GLOBAL_OPTIONS = (
@@ -85,9 +94,10 @@ GLOBAL_OPTIONS = (
     global_option("token", str | None, "Credential (Bearer) (env BETTER_COMPUTE_TOKEN)."),
     global_option("tenant", str | None, "Tenant id (X-Tenant-Id) (env BETTER_COMPUTE_TENANT)."),
     global_option("profile", str | None, "Saved profile (env BETTER_COMPUTE_PROFILE; else `default`)."),
-    global_option("format", output.OutputFormat | None, "Output: table (default) or json."),
+    global_option("format", output.OutputFormat | None, "Output: table (default), json or yaml.", "--output", "-o"),
     global_option("query", str | None,
                   "Print only this field: a dotted path, list indexes as numbers (bookings.0.cdi_name)."),
+    global_option("columns", str | None, "Only these columns (fields), in this order: --columns reservation_id,phase,end."),
 )
 
 
@@ -100,10 +110,24 @@ def collect(ctx: typer.Context, values: dict[str, Any]) -> GlobalOptions:
 
 def root_callback(ctx: typer.Context, **values: Any) -> None:
     """Better Compute: what exists, what is free, who holds it."""
+    values.pop("version", None)
     ctx.obj = collect(ctx, values)
 
 
-root_callback.__signature__ = signature(GLOBAL_OPTIONS)  # type: ignore[attr-defined]
+def print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"better-compute {version('better-compute')}")
+        except PackageNotFoundError:
+            typer.echo("better-compute (not installed as a package: running from a source tree)")
+        raise typer.Exit(0)
+
+
+VERSION = OptionSpec("version", ("--version",), bool, "Print the version and exit.", default=False,
+                     settings={"is_eager": True, "callback": print_version})
+root_callback.__signature__ = signature([VERSION], GLOBAL_OPTIONS)  # type: ignore[attr-defined]
 
 
 def fail(code: str, message: str, hint: str | None = None) -> NoReturn:
@@ -121,14 +145,47 @@ def query_path(options: GlobalOptions) -> output.QueryPath:
         raise typer.BadParameter(str(error), param_hint="'--query'") from error
 
 
-def run(options: GlobalOptions, action: Callable[[Client], Any], primary: Sequence[str] = ()) -> None:
-    """Resolve the connection, run the action, print its data (or the error, and exit 1)."""
+Present = Callable[[Any], Any]
+
+
+def run(options: GlobalOptions, action: Callable[[Client], Any], primary: Sequence[str] = (),
+        present: Present | None = None, every: float | None = None) -> None:
+    """Resolve the connection, run the action, print its data (or the error, and exit 1). `present`
+    adds what a table shows beside the answer (the reservations' phase); `every`: run it again every
+    so many seconds, each answer replacing the last on a terminal (--watch), until Ctrl-C."""
     query = query_path(options)
     client = Client(options.settings())
     try:
-        data = output.select(action(client), query)
-    except ApiError as error:
-        fail(error.code, error.message, error.hint)
-    except output.QueryMiss as error:
-        fail("QUERY_NOT_FOUND", str(error), "Use --format json to see the whole answer.")
-    typer.echo(output.render(data, options.output_format, primary))
+        while True:
+            try:
+                data = output.select(action(client), query)
+            except ApiError as error:
+                if every is None or error.code not in TRANSIENT:
+                    fail(error.code, error.message, hints.in_cli_terms(error))
+                data = f"{error.code}: {error.message} (trying again)"
+            except output.QueryMiss as error:
+                fail("QUERY_NOT_FOUND", str(error), "Use --format json to see the whole answer.")
+            if present is not None and options.output_format == "table" and not query:
+                data = present(data)
+            text = output.render(data, options.output_format, primary, options.column_names)
+            if every is None:
+                typer.echo(text)
+                return
+            watch_frame(text, every)
+    except KeyboardInterrupt:
+        if every is None:
+            raise
+        raise typer.Exit(0) from None
+
+
+TRANSIENT = frozenset({"CONNECTION_ERROR", "HTTP_ERROR", "UNAVAILABLE"})  # --watch shows them and goes on
+
+
+def watch_frame(text: str, every: float) -> None:
+    """One --watch frame: on a terminal the screen is cleared first (a `top`-like view); piped, frames
+    follow each other under a header line."""
+    header = f"every {every:g}s  {time.strftime('%Y-%m-%d %H:%M:%S')}  (Ctrl-C to stop)"
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    typer.echo(f"{clear}{header}\n{text}\n", nl=False)
+    sys.stdout.flush()
+    time.sleep(every)

@@ -1,10 +1,11 @@
-"""How answers are printed: `json` for programs, `table` for people, `--query` to pick one field.
+"""How answers are printed: `json` and `yaml` for programs, `table` for people, `--query` to pick
+one field, `--columns` to pick the columns.
 
 The relay answers jsonb, whose keys come sorted by length, so the table cannot rely on key order:
 it ranks columns (the row's own id and name, then the fields that say what a row is, then the
-rest, the tenant and timestamps last) and keeps, in that order, those that fit the terminal.
-Tables shorten uuids to 8 characters and times to the minute; `key: value` views (one object)
-and json keep every value whole, since those are what one copies into the next command.
+rest, the tenant and timestamps last) and keeps, in that order, those that fit the terminal (the
+row's own id always). Values people copy into the next command (ids, uuids, CDI names, names) are
+never shortened; other long cells are cut with …, and times are shown to the minute.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 from collections.abc import Sequence
 from typing import Any, Literal
 
-OutputFormat = Literal["table", "json"]
+OutputFormat = Literal["table", "json", "yaml"]
 QueryPath = tuple[str, ...]
 
 GAP = "  "
@@ -24,9 +25,10 @@ ELLIPSIS = "…"
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 UTC_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d):\d\d(\.\d+)?(\+00:00|Z)$")
 LEADING = ("id", "name")
-DESCRIPTIVE = ("state", "shape", "count", "start", "end", "phase", "gpu_model", "node", "cdi_name", "type",
+DESCRIPTIVE = ("phase", "state", "shape", "count", "start", "end", "gpu_model", "node", "cdi_name", "type",
                "aggregate_type", "kind", "url", "reason", "status")
 TRAILING = ("tenant_id", "created_at", "updated_at")
+COPIED = ("cdi_name", "device_uuid", "name", "node", "url", "id")  # never cut, like every *_id and uuid
 
 
 class QueryMiss(LookupError):
@@ -74,8 +76,6 @@ def cell(value: Any) -> str | None:
     if value is None:
         return "-"
     if isinstance(value, str):
-        if UUID.match(value):
-            return value[:8]
         if match := UTC_TIME.match(value):
             return f"{match.group(1)}Z"
     return " ".join(scalar_text(value).splitlines())  # one row per line, whatever a text holds
@@ -100,23 +100,31 @@ def ordered_keys(rows: Sequence[dict[str, Any]], primary: Sequence[str]) -> list
     return sorted(keys, key=lambda key: rank(key, primary))  # stable: ties keep the answer's order
 
 
-def table(rows: Sequence[dict[str, Any]], primary: Sequence[str], width: int) -> list[str]:
-    """Columns in rank order, each as wide as its widest cell (at most MAX_CELL), skipping any that
-    would overflow the width; a column is dropped when no row has a cell for it."""
+def copied(key: str, cells: Sequence[str]) -> bool:
+    """A column whose values people copy: shown whole, never cut."""
+    return key in COPIED or key.endswith("_id") or all(UUID.match(text) for text in cells)
+
+
+def table(rows: Sequence[dict[str, Any]], primary: Sequence[str], width: int,
+          columns: Sequence[str] = ()) -> list[str]:
+    """Columns in rank order (or the ones asked for, in that order), each as wide as its widest cell
+    (at most MAX_CELL unless copied), skipping any that would overflow the width except the first;
+    a column is dropped when no row has a cell for it."""
     cells = [{key: text for key, value in row.items() if (text := cell(value)) is not None} for row in rows]
-    columns: list[tuple[str, int]] = []
+    shown: list[tuple[str, int]] = []
     used = 0
-    for key in ordered_keys(rows, primary):
+    for key in columns or ordered_keys(rows, primary):
         present = [row[key] for row in cells if key in row]
-        if not present:
+        if not present and not columns:
             continue
-        column_width = min(max(len(key), *map(len, present)), MAX_CELL, width)
-        needed = column_width + (len(GAP) if columns else 0)
-        if used + needed <= width:
-            columns.append((key, column_width))
+        widest = max(len(key), *map(len, present)) if present else len(key)
+        column_width = widest if copied(key, present) else min(widest, MAX_CELL, width)
+        needed = column_width + (len(GAP) if shown else 0)
+        if used + needed <= width or not shown or columns:
+            shown.append((key, column_width))
             used += needed
-    lines = [GAP.join(clip(key, size).ljust(size) for key, size in columns)]
-    lines += [GAP.join(clip(row.get(key, ""), size).ljust(size) for key, size in columns) for row in cells]
+    lines = [GAP.join(clip(key, size).ljust(size) for key, size in shown)]
+    lines += [GAP.join(clip(row.get(key, "-" if columns else ""), size).ljust(size) for key, size in shown) for row in cells]
     return [line.rstrip() for line in lines]
 
 
@@ -141,15 +149,30 @@ def key_values(data: dict[str, Any], primary: Sequence[str], width: int, prefix:
     return lines + tables
 
 
-def render(data: Any, output_format: OutputFormat, primary: Sequence[str] = ()) -> str:
+def pick(data: Any, columns: Sequence[str]) -> Any:
+    """With --columns: each row (or the one object) reduced to those fields, in that order."""
+    if not columns:
+        return data
+    if is_table(data):
+        return [{key: row.get(key) for key in columns} for row in data]
+    if isinstance(data, dict):
+        return {key: data.get(key) for key in columns}
+    return data
+
+
+def render(data: Any, output_format: OutputFormat, primary: Sequence[str] = (), columns: Sequence[str] = ()) -> str:
     """The text to print (no trailing newline). `primary` names the rows' own id field(s)."""
     if output_format == "json":
-        return json.dumps(data, indent=2, ensure_ascii=False)
+        return json.dumps(pick(data, columns), indent=2, ensure_ascii=False)
+    if output_format == "yaml":
+        import yaml  # only here: most commands never print YAML
+
+        return yaml.safe_dump(pick(data, columns), sort_keys=False, allow_unicode=True).rstrip("\n")
     width = shutil.get_terminal_size().columns
     if is_table(data):
-        return "\n".join(table(data, primary, width))
+        return "\n".join(table(data, primary, width, columns))
     if isinstance(data, dict):
-        return "\n".join(key_values(data, primary, width))
+        return "\n".join(key_values(pick(data, columns), primary, width))
     if isinstance(data, list):
         return "\n".join(map(scalar_text, data)) if data else "(none)"
     return scalar_text(data)

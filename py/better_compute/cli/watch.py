@@ -12,14 +12,16 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import typer
 
-from better_compute.cli import options, output
-from better_compute.cli.client import CALL_TIMEOUT_SECONDS, ApiError, Settings, answer_error, connection_error
+from better_compute.cli import hints, options, output
+from better_compute.cli.client import CALL_TIMEOUT_SECONDS, ApiError, Client, Settings, answer_error, connection_error
 from better_compute.cli.options import OptionSpec
+
+if TYPE_CHECKING:
+    import httpx  # imported where used: `--help` and commands without a relay never load it
 
 READ_TIMEOUT_SECONDS = 60.0
 FIRST_BACKOFF_SECONDS = 0.5
@@ -56,6 +58,8 @@ def parse_stream(lines: Iterable[str]) -> Iterator[Event | None]:
 
 def follow(settings: Settings, cursor: str | None) -> Iterator[Event]:
     """The events after `cursor`, forever, reconnecting from the last one seen."""
+    import httpx
+
     url = f"{settings.url}/api/compute/watch"
     timeout = httpx.Timeout(CALL_TIMEOUT_SECONDS, read=READ_TIMEOUT_SECONDS)
     backoff = FIRST_BACKOFF_SECONDS
@@ -102,21 +106,42 @@ def line(event: Event, given: options.GlobalOptions, query: output.QueryPath) ->
                       aggregate, str(value.get("id", event.id))])
 
 
-def watch_command(ctx: typer.Context, after: str | None = None, **values: Any) -> None:
-    """Follow the tenant's events as they happen (Ctrl-C to stop); reconnects by itself."""
+def latest_cursor(settings: Settings) -> str | None:
+    """The cursor after the tenant's newest event (what `--since now` starts from): events.list
+    pages read to the end."""
+    client = Client(settings)
+    cursor: str | None = None
+    while True:
+        page = client.call("events.list", {"limit": PAGE} | ({"after": cursor} if cursor else {}), mutation=False)
+        if not page.get("events"):
+            return page.get("next") or cursor
+        cursor = page["next"]
+
+
+def watch_command(ctx: typer.Context, after: str | None = None, since: str | None = None, **values: Any) -> None:
+    """Follow the tenant's events as they happen (Ctrl-C to stop); reconnects by itself. From now on
+    unless --since beginning or --after a cursor."""
     given = options.collect(ctx, values)
     query = options.query_path(given)
+    if after is not None and since is not None:
+        raise typer.BadParameter("give --after (a cursor) or --since, not both", param_hint="'--since'")
+    if since not in (None, "now", "beginning"):
+        raise typer.BadParameter(f"{since!r}: use now or beginning (or --after CURSOR)", param_hint="'--since'")
     settings = given.settings()
     try:
-        for event in follow(settings, after):
+        cursor = after if after is not None or since == "beginning" else latest_cursor(settings)
+        for event in follow(settings, cursor):
             text = line(event, given, query)
             if text is not None:
                 typer.echo(text)
     except ApiError as error:
-        options.fail(error.code, error.message, error.hint)
+        options.fail(error.code, error.message, hints.in_cli_terms(error))
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
 
 
+PAGE = 1000  # events per events.list call while skipping to now (the relay's most: outbox_read_batch)
 AFTER = OptionSpec("after", ("--after",), str | None, "Start after this cursor (an event's id): Last-Event-ID.")
-watch_command.__signature__ = options.signature([AFTER], options.GLOBAL_OPTIONS)  # type: ignore[attr-defined]
+SINCE = OptionSpec("since", ("--since",), str | None,
+                   "now (the default: only events from now on) or beginning (every event the relay still has).")
+watch_command.__signature__ = options.signature([AFTER, SINCE], options.GLOBAL_OPTIONS)  # type: ignore[attr-defined]
