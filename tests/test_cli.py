@@ -494,6 +494,8 @@ def test_every_catalog_method_is_a_command_with_its_inputs_as_options() -> None:
         assert schema["type"] == "object" and schema.get("additionalProperties") is False, method.name
         assert method.kind in ("read", "mutation")
         assert ("idempotency_key" in schema["properties"]) == method.mutation, method.name
+        if method.name == "machines.enroll":  # hand-written: it takes a password file and seals (cli/machines.py)
+            continue
         command = root.commands[kebab(method.group)].commands[method.command]  # type: ignore[attr-defined]
         flags = {flag for param in command.params for flag in param.opts}
         assert {f"--{kebab(prop)}" for prop in schema["properties"]} <= flags, method.name

@@ -218,7 +218,9 @@ def register(app: typer.Typer) -> dict[str, typer.Typer]:
     groups = {}
     for name, methods in by_group.items():
         groups[name] = group(app, name, f"API methods: {', '.join(method.command for method in methods)}.")
+        hand_written = {info.name for info in groups[name].registered_commands}
         for method in methods:
-            groups[name].command(method.command, help=method.summary)(method_command(method))
+            if method.command not in hand_written:  # `machines enroll` stands: it seals the credentials first
+                groups[name].command(method.command, help=method.summary)(method_command(method))
     app.command("api")(api_command)
     return groups
