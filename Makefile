@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 help:
 	@echo "make demo   - start a private PostgreSQL under ./.bc/, migrate it, show what exists"
-	@echo "make demo-bare-metal - the bare-metal flow: a Redfish BMC, the site agent, a machine provisioned, released, rejoined"
+	@echo "make demo-bare-metal - the bare-metal flow: a Redfish BMC, the site agent, a machine provisioned, reserved whole, released, rejoined"
 	@echo "make demo-vps - the VPS flow: a 2-GPU VM on a bcd with libvirt's test driver (docs/vps.md)"
 	@echo "make test   - lint, pgTAP suite, pytest (installs what is missing first)"
 	@echo "make lint | make pgtap | make pytest - one stage"

@@ -1,5 +1,5 @@
 -- What a tenant may ask a pool for (offerings) and how much of it (quotas).
---   offering  a shape (gpu | mig:<profile> | slot) and instance kind a pool offers, with limits
+--   offering  a shape (gpu | mig:<profile> | slot | bare_metal) and instance kind a pool offers, with limits
 --   quota     per tenant (optionally per project) and pool: concurrent atoms, GPU-hours per calendar
 --             month (UTC). A GPU-hour is one whole GPU for an hour; a MIG instance counts its share
 --             of the GPU's 8 memory slices, a time-slice slot 1/N. Future bookings count when made.
@@ -8,7 +8,7 @@ SET LOCAL ROLE bc_owner;
 CREATE TABLE compute.offerings (
     offering_id   uuid CONSTRAINT offerings_pkey PRIMARY KEY,
     pool_id       uuid NOT NULL CONSTRAINT offerings_pool_id_fkey REFERENCES compute.pools,
-    shape         text NOT NULL CONSTRAINT offerings_shape_check CHECK (shape ~ '^(gpu|slot|mig:[0-9]+g\.[0-9]+gb(\+me)?)$'),
+    shape         text NOT NULL CONSTRAINT offerings_shape_check CHECK (shape ~ '^(gpu|slot|mig:[0-9]+g\.[0-9]+gb(\+me)?|bare_metal)$'),
     instance_kind text NOT NULL DEFAULT 'devices' CONSTRAINT offerings_instance_kind_check CHECK (instance_kind IN ('devices', 'bare_metal', 'vps')),
     max_count     integer NOT NULL CONSTRAINT offerings_max_count_check CHECK (max_count > 0),
     max_duration  interval NOT NULL CONSTRAINT offerings_max_duration_check CHECK (max_duration > interval '0'),
@@ -17,7 +17,9 @@ CREATE TABLE compute.offerings (
     memory_mib_per_atom integer CONSTRAINT offerings_memory_mib_per_atom_check CHECK (memory_mib_per_atom > 0),
     CONSTRAINT offerings_pool_id_shape_instance_kind_key UNIQUE (pool_id, shape, instance_kind),
     -- A VPS's CPU and memory follow its GPUs: per-atom amounts, only on vps offerings (sql/700_instances.sql).
-    CONSTRAINT offerings_vps_sizes CHECK (instance_kind = 'vps' OR (vcpus_per_atom IS NULL AND memory_mib_per_atom IS NULL))
+    CONSTRAINT offerings_vps_sizes CHECK (instance_kind = 'vps' OR (vcpus_per_atom IS NULL AND memory_mib_per_atom IS NULL)),
+    -- Whole machines (sql/700_machines.sql): shape bare_metal, of instance kind bare_metal only.
+    CONSTRAINT offerings_bare_metal_is_whole_machines CHECK ((shape = 'bare_metal') = (instance_kind = 'bare_metal'))
 );
 COMMENT ON TABLE compute.offerings IS 'What a tenant may ask a pool for: shape, instance kind, max count and max duration.';
 
@@ -43,9 +45,13 @@ DECLARE
     v_offering_id uuid;
 BEGIN
     PERFORM compute.pool_get(p_pool_id);
-    IF p_shape IS NULL OR p_shape !~ '^(gpu|slot|mig:[0-9]+g\.[0-9]+gb(\+me)?)$' THEN
+    IF p_shape IS NULL OR p_shape !~ '^(gpu|slot|mig:[0-9]+g\.[0-9]+gb(\+me)?|bare_metal)$' THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid shape %L', p_shape),
-            'Use gpu, slot or mig:<profile> (e.g. mig:3g.71gb).');
+            'Use gpu, slot, mig:<profile> (e.g. mig:3g.71gb), or bare_metal (whole machines).');
+    END IF;
+    IF (p_shape = 'bare_metal') IS DISTINCT FROM (p_instance_kind = 'bare_metal') THEN  -- a whole machine, its every atom
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'shape bare_metal is offered with instance_kind bare_metal, and only it',
+            'Offer whole machines as shape bare_metal, instance_kind bare_metal; devices as gpu, slot or mig:<profile>.');
     END IF;
     IF p_max_count IS NULL OR p_max_count < 1 OR p_max_count > compute.limit('atoms_per_reservation') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('max_count %s is out of range', p_max_count),

@@ -184,8 +184,10 @@ BEGIN
     v_same_node := coalesce((compute.request_field(p_request, 'same_node', 'boolean', false))::boolean, false);
     v_hold := compute.request_field(p_request, 'hold_seconds', 'integer', false)::integer;
     v_key := compute.request_field(p_request, 'idempotency_key', 'string', false) #>> '{}';
-    -- The offering's instance kind: devices unless an instance flow books (instances.create: vps).
-    v_kind := coalesce(compute.request_field(p_request, 'instance_kind', 'string', false) #>> '{}', 'devices');
+    -- The offering's instance kind: devices unless an instance flow books (instances.create: vps);
+    -- shape bare_metal books whole machines (compute.place_machines, sql/700_machines.sql).
+    v_kind := coalesce(compute.request_field(p_request, 'instance_kind', 'string', false) #>> '{}',
+                       CASE WHEN v_shape = 'bare_metal' THEN 'bare_metal' ELSE 'devices' END);
     IF length(v_key) NOT BETWEEN 1 AND 200 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'idempotency_key has 1 to 200 characters', 'Use 1 to 200 characters, e.g. a uuid.');
     END IF;
@@ -260,7 +262,8 @@ BEGIN
         PERFORM 1 FROM compute.quotas AS q
          WHERE q.tenant_id = v_tenant_id AND q.pool_id = v_pool.pool_id AND (q.project_id IS NULL OR q.project_id = v_project_id)
          ORDER BY q.quota_id FOR UPDATE;
-        v_atoms := compute.place(v_pool.pool_id, v_shape, v_count, v_during, v_same_node);
+        v_atoms := CASE WHEN v_kind = 'bare_metal' THEN compute.place_machines(v_pool.pool_id, v_count, v_during)
+                        ELSE compute.place(v_pool.pool_id, v_shape, v_count, v_during, v_same_node) END;
         INSERT INTO compute.bookings (reservation_id, tenant_id, project_id, site_id, pool_id, node_id, device_id, atom_id,
                                       slices, shares, gpu_fraction, during, state)
         SELECT v_id, v_tenant_id, v_project_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
@@ -272,7 +275,7 @@ BEGIN
             'Try again: placement looks for other free atoms; compute.capacity_earliest finds free windows.');
     END;
     SELECT sum(a.gpu_fraction) INTO v_fraction FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
-    PERFORM compute.quota_check(v_tenant_id, v_project_id, v_pool.pool_id, v_during, v_count, v_fraction, v_id);
+    PERFORM compute.quota_check(v_tenant_id, v_project_id, v_pool.pool_id, v_during, pg_catalog.cardinality(v_atoms), v_fraction, v_id);
     RETURN compute.reservation_document(v_id);
 END
 $$;

@@ -33,7 +33,7 @@ INSERT INTO compute.api_schema_pieces (name, schema, description) VALUES
     ('uuid',            '{"type":"string","format":"uuid"}', 'An id.'),
     ('timestamp',       '{"type":"string","format":"date-time"}', 'An ISO 8601 time with a zone.'),
     ('name',            '{"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"}', 'The name of a site, pool or project.'),
-    ('shape',           '{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?)$"}', 'An atom shape: gpu, slot or a MIG profile.'),
+    ('shape',           '{"type":"string","pattern":"^(gpu|slot|mig:[0-9]+g\\.[0-9]+gb(\\+me)?|bare_metal)$"}', 'An atom shape: gpu, slot or a MIG profile; bare_metal: whole machines.'),
     ('list_limit',      '{"type":"integer","minimum":1,"x-limit":{"maximum":"api_list_rows"}}', 'The rows a list answers.'),
     ('reason',          '{"type":"string","minLength":1,"maxLength":1000}', 'Why an operator acts on a node.');
 

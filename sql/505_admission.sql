@@ -108,6 +108,11 @@ BEGIN
                         pg_catalog.jsonb_build_object('state', i.state, 'image', i.image, 'vcpus', i.vcpus, 'memory_mib', i.memory_mib,
                                                       'project_id', i.project_id))
                FROM compute.instances AS i WHERE i.instance_id = v_uuid)
+        WHEN 'compute-machine' THEN  -- sql/700_machines.sql
+            (SELECT compute.resource_json(s.tenant_id, 'compute-pool', m.pool_id::text,
+                        pg_catalog.jsonb_build_object('name', m.name, 'state', m.state))
+               FROM compute.machines AS m JOIN compute.sites AS s ON s.site_id = m.site_id
+              WHERE m.machine_id = v_uuid AND s.tenant_id IS NOT NULL)
         WHEN 'compute-webhook' THEN
             (SELECT compute.resource_json(w.tenant_id, NULL, NULL, pg_catalog.jsonb_build_object('active', w.active))
                FROM compute.webhooks AS w WHERE w.webhook_id = v_uuid)

@@ -170,10 +170,6 @@ DECLARE
     v_offering_id uuid;
     v_kind        text := coalesce(compute.input_text(p_input, 'instance_kind', false), 'devices');
 BEGIN
-    IF v_kind NOT IN ('devices', 'vps') THEN  -- fail closed (P11): the kind exists in the model, its flow does not yet
-        PERFORM compute.raise_error('UNSUPPORTED', pg_catalog.format('%s offerings are not supported yet', v_kind),
-            'Offer devices (GPUs, MIG instances, time-slice slots) or vps; bare metal comes with its provisioning flow.');
-    END IF;
     -- A VPS offers whole GPUs with CPU and memory per GPU (sql/700_instances.sql); devices take neither.
     IF v_kind = 'vps' AND (compute.input_text(p_input, 'shape') <> 'gpu' OR compute.input_integer(p_input, 'vcpus_per_atom', false) IS NULL
                            OR compute.input_integer(p_input, 'memory_mib_per_atom', false) IS NULL) THEN

@@ -96,6 +96,21 @@ COMMENT ON FUNCTION compute.api_reservations_release(uuid, text, jsonb) IS 'rese
 
 -- -- capacity -----------------------------------------------------------------------------------------
 
+CREATE FUNCTION compute.api_capacity_shape(p_input jsonb)
+RETURNS text
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- Capacity is counted in atoms of one shape; whole machines are not counted yet (fail closed, P11).
+    IF compute.input_text(p_input, 'shape') = 'bare_metal' THEN
+        PERFORM compute.raise_error('UNSUPPORTED', 'capacity of whole machines (shape bare_metal) is not counted yet',
+            'Reserve shape bare_metal (a CAPACITY_CONFLICT says how many machines are free), or ask for the shape gpu.');
+    END IF;
+    RETURN compute.input_text(p_input, 'shape');
+END
+$$;
+COMMENT ON FUNCTION compute.api_capacity_shape(jsonb) IS 'The shape capacity.free and capacity.earliest count: an atom shape (bare_metal is UNSUPPORTED).';
+
 CREATE FUNCTION compute.api_capacity_free(p_tenant_id uuid, p_input jsonb)
 RETURNS jsonb
 LANGUAGE sql STABLE
@@ -103,7 +118,7 @@ AS $$
     SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('node_id', f.node_id, 'node', f.node_name,
                                                                        'free_atoms', f.free_atoms, 'atom_ids', f.atom_ids)
                                          ORDER BY f.node_name), '[]')
-      FROM compute.capacity_free(compute.input_uuid(p_input, 'pool_id'), compute.input_text(p_input, 'shape'),
+      FROM compute.capacity_free(compute.input_uuid(p_input, 'pool_id'), compute.api_capacity_shape(p_input),
                                  coalesce(compute.request_timestamp(p_input, 'start', false), compute.compute_now()),
                                  compute.request_timestamp(p_input, 'end', true)) AS f;
 $$;
@@ -114,7 +129,7 @@ RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
     SELECT pg_catalog.jsonb_build_object('start', e.start_at, 'end', e.end_at, 'reason', e.reason)
-      FROM compute.capacity_earliest(compute.input_uuid(p_input, 'pool_id'), compute.input_text(p_input, 'shape'),
+      FROM compute.capacity_earliest(compute.input_uuid(p_input, 'pool_id'), compute.api_capacity_shape(p_input),
                                      compute.input_integer(p_input, 'count'),
                                      compute.input_integer(p_input, 'duration_seconds') * interval '1 second',
                                      compute.request_timestamp(p_input, 'not_before', false)) AS e;

@@ -316,6 +316,110 @@ CREATE TRIGGER machines_outbox_update AFTER UPDATE OF state, bmc_reachable ON co
     FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.bmc_reachable IS DISTINCT FROM NEW.bmc_reachable)
     EXECUTE FUNCTION compute.outbox_machine_changed();
 
+-- Bare-metal reservations: shape bare_metal books every atom of whole machines' nodes (the tenant
+-- holds the machine); when such a reservation ends, the machine is cleaned (cleaning -> available ->
+-- deployed again, a rejoin with a new key) before anyone else gets it.
+CREATE INDEX reservations_bare_metal_ended ON compute.reservations (upper(during))
+    WHERE instance_kind = 'bare_metal' AND state IN ('active', 'released', 'expired');
+
+CREATE FUNCTION compute.machine_atoms_free(p_node_id uuid, p_during tstzrange)
+RETURNS uuid[]
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- Every atom of the node during the window, when each is schedulable for all of it (no layout
+    -- change within it, no flag on the node, present GPUs without a critical condition) and free;
+    -- NULL otherwise.
+    RETURN (SELECT CASE WHEN count(*) > 0 AND bool_and(compute.atom_is_schedulable(a, p_during) AND compute.atom_is_free(a, p_during))
+                        THEN pg_catalog.array_agg(a.atom_id ORDER BY a.device_index, a.slices, a.slot) END
+              FROM compute.atoms AS a
+             WHERE a.node_id = p_node_id AND a.valid && p_during);
+END
+$$;
+COMMENT ON FUNCTION compute.machine_atoms_free(uuid, tstzrange) IS 'All the atoms of a node during a window when every one is schedulable and free for all of it; else NULL.';
+
+CREATE FUNCTION compute.place_machines(p_pool_id uuid, p_count integer, p_during tstzrange)
+RETURNS uuid[]
+LANGUAGE plpgsql
+AS $$
+-- Lock order: machine rows (FOR SHARE SKIP LOCKED, node rank order), then each one's devices (FOR
+-- UPDATE SKIP LOCKED, device_id order): never waits, so it cannot deadlock with placements, nor with
+-- a machine's transition (machine row, then its node's flags) or the layout and flag lockers.
+DECLARE
+    v_machine compute.machines;
+    v_atoms   uuid[] := '{}';
+    v_node    uuid[];
+    v_devices uuid[];
+    v_locked  integer;
+    v_taken   integer := 0;
+BEGIN
+    FOR v_machine IN
+        SELECT m.* FROM compute.machines AS m JOIN compute.nodes AS n ON n.node_id = m.node_id
+         WHERE m.pool_id = p_pool_id AND m.state = 'active'
+         ORDER BY n.rank
+           FOR SHARE OF m SKIP LOCKED
+    LOOP
+        CONTINUE WHEN compute.machine_atoms_free(v_machine.node_id, p_during) IS NULL;
+        SELECT pg_catalog.array_agg(d.device_id) INTO v_devices FROM compute.devices AS d WHERE d.node_id = v_machine.node_id;
+        SELECT count(*) INTO v_locked
+          FROM (SELECT d.device_id FROM compute.devices AS d WHERE d.device_id = ANY (v_devices)
+                 ORDER BY d.device_id FOR UPDATE SKIP LOCKED) AS l;
+        CONTINUE WHEN v_locked < pg_catalog.cardinality(v_devices);
+        v_node := compute.machine_atoms_free(v_machine.node_id, p_during);  -- again, under the device locks
+        CONTINUE WHEN v_node IS NULL;
+        v_atoms := v_atoms || v_node;
+        v_taken := v_taken + 1;
+        EXIT WHEN v_taken = p_count;
+    END LOOP;
+    IF v_taken < p_count THEN
+        PERFORM compute.raise_error('CAPACITY_CONFLICT',
+            pg_catalog.format('cannot place %s whole machines in pool %s during %s', p_count, p_pool_id, p_during),
+            (SELECT pg_catalog.format('%s of the pool''s machines are active (in the fleet); %s of them are wholly free for the window. '
+                                      'A machine is booked whole: every GPU of it free for all of the window.',
+                                      count(*) FILTER (WHERE m.state = 'active'),
+                                      count(*) FILTER (WHERE m.state = 'active' AND compute.machine_atoms_free(m.node_id, p_during) IS NOT NULL))
+               FROM compute.machines AS m WHERE m.pool_id = p_pool_id));
+    END IF;
+    RETURN v_atoms;
+END
+$$;
+COMMENT ON FUNCTION compute.place_machines(uuid, integer, tstzrange) IS
+    'Placement of shape bare_metal: every atom of p_count active machines wholly free for the window (CAPACITY_CONFLICT otherwise).';
+
+CREATE FUNCTION compute.machine_reservation_ended(p_machine compute.machines)
+RETURNS uuid
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- A bare_metal reservation that held the machine's node and ended (released, expired or its
+    -- window over) after the machine became active; NULL when none did.
+    RETURN (SELECT r.reservation_id FROM compute.reservations AS r
+             WHERE r.instance_kind = 'bare_metal' AND r.state IN ('active', 'released', 'expired')
+               AND upper(r.during) <= compute.compute_now() AND upper(r.during) > p_machine.state_since
+               AND EXISTS (SELECT 1 FROM compute.bookings AS b
+                            WHERE b.reservation_id = r.reservation_id AND b.node_id = p_machine.node_id AND b.state IN ('active', 'released'))
+             ORDER BY upper(r.during) LIMIT 1);
+END
+$$;
+COMMENT ON FUNCTION compute.machine_reservation_ended(compute.machines) IS 'A bare_metal reservation of the machine that ended since it became active (it is to be cleaned), or NULL.';
+
+CREATE FUNCTION compute.machine_reservation_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- Released or expired now: the reconciler of its machines cleans them (a window that simply
+    -- runs out changes no row: machines_sweep finds those).
+    PERFORM compute.work_poke('machines.reconcile', m.machine_id::text)
+       FROM compute.machines AS m
+      WHERE m.node_id IN (SELECT b.node_id FROM compute.bookings AS b WHERE b.reservation_id = NEW.reservation_id);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER reservations_bare_metal_ended AFTER UPDATE OF state ON compute.reservations
+    FOR EACH ROW WHEN (NEW.instance_kind = 'bare_metal' AND OLD.state = 'active' AND NEW.state IN ('released', 'expired'))
+    EXECUTE FUNCTION compute.machine_reservation_changed();
+
 CREATE FUNCTION compute.machine_issue(p_machine compute.machines, p_kind text, p_args jsonb)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -376,6 +480,7 @@ DECLARE
     v_op      compute.bmc_ops;
     v_plan    jsonb;
     v_busy    bigint;
+    v_ended   uuid;
 BEGIN
     SELECT * INTO v_machine FROM compute.machines AS m WHERE m.machine_id = p_machine_id FOR UPDATE;
     IF NOT FOUND THEN
@@ -384,6 +489,16 @@ BEGIN
     IF v_machine.state = 'available' THEN  -- clean: deploy again at once, to rejoin with a new key
         PERFORM compute.machine_transition(p_machine_id, 'provide');
         RETURN 'provided';
+    END IF;
+    IF v_machine.state = 'active' THEN
+        -- A tenant's bare_metal reservation of it ended (released, lease expired, window over) since
+        -- it became active: clean it before anyone else gets it. The same move as an operator's release.
+        v_ended := compute.machine_reservation_ended(v_machine);
+        IF v_ended IS NOT NULL THEN
+            PERFORM compute.machine_transition(p_machine_id, 'release', NULL, true);
+            RETURN 'released';
+        END IF;
+        RETURN 'idle';
     END IF;
     -- A deadline fires only while the BMC answers: a BMC that stopped answering changes BmcReachable, nothing else.
     IF v_machine.deadline IS NOT NULL AND v_machine.deadline <= v_now AND v_machine.bmc_reachable IS NOT FALSE THEN
@@ -434,7 +549,7 @@ BEGIN
     RETURN 'issued ' || (v_plan -> v_machine.step ->> 'kind');
 END
 $$;
-COMMENT ON FUNCTION compute.machine_reconcile(uuid) IS 'Level-triggered: fire a passed deadline, take back an expired op, issue the next op, or finish the state.';
+COMMENT ON FUNCTION compute.machine_reconcile(uuid) IS 'Level-triggered: clean a machine whose bare_metal reservation ended, fire a passed deadline, take back an expired op, issue the next op, or finish the state.';
 
 CREATE FUNCTION compute.machines_sweep()
 RETURNS integer
@@ -444,17 +559,20 @@ DECLARE
     v_count integer := 0;
     v_id    uuid;
 BEGIN
-    FOR v_id IN SELECT m.machine_id FROM compute.machines AS m
-                  JOIN compute.machine_states AS s ON s.state = m.state
-                 WHERE NOT s.failed AND m.state NOT IN ('enrolled', 'manageable', 'active')
-                 ORDER BY m.machine_id LIMIT compute.limit('sweep_batch') LOOP
+    FOR v_id IN (SELECT m.machine_id FROM compute.machines AS m
+                   JOIN compute.machine_states AS s ON s.state = m.state
+                  WHERE NOT s.failed AND m.state NOT IN ('enrolled', 'manageable', 'active')
+                  UNION
+                 SELECT m.machine_id FROM compute.machines AS m
+                  WHERE m.state = 'active' AND compute.machine_reservation_ended(m) IS NOT NULL)
+                 ORDER BY machine_id LIMIT compute.limit('sweep_batch') LOOP
         PERFORM compute.work_poke('machines.reconcile', v_id::text);
         v_count := v_count + 1;
     END LOOP;
     RETURN v_count;
 END
 $$;
-COMMENT ON FUNCTION compute.machines_sweep() IS 'Poke the reconciler of every machine in a state that moves by itself (deadlines, lost agents).';
+COMMENT ON FUNCTION compute.machines_sweep() IS 'Poke the reconciler of every machine in a state that moves by itself (deadlines, lost agents, ended bare_metal reservations).';
 
 -- A machine's node joins: the token must be the machine's, the inventory must carry its system uuid.
 CREATE FUNCTION compute.machine_token_used()
@@ -635,13 +753,11 @@ AS $$
 $$;
 COMMENT ON FUNCTION compute.machine_json(compute.machines) IS 'A machine as operators see it (never its credentials: only their version).';
 
--- Operators (ops, bc_operator).
-CREATE FUNCTION ops.site_agent_register(p_site_id uuid, p_name text, p_public_key bytea)
+-- Operators (ops, bc_operator; the API's machines.* methods call the same compute functions).
+CREATE FUNCTION compute.site_agent_register(p_agent_id uuid, p_site_id uuid, p_name text, p_public_key bytea)
 RETURNS uuid
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''
+LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_agent_id uuid := pg_catalog.gen_random_uuid();
 BEGIN
     IF p_public_key IS NULL OR octet_length(p_public_key) <> 32 THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a site agent key is 32 bytes (raw X25519 public key)',
@@ -655,22 +771,28 @@ BEGIN
             'Use lower-case letters, digits, ".", "_" and "-" (at most 63).');
     END IF;
     INSERT INTO compute.site_agents (agent_id, site_id, name, public_key, key_id, created_at)
-    VALUES (v_agent_id, p_site_id, p_name, p_public_key, left(pg_catalog.encode(pg_catalog.sha256(p_public_key), 'hex'), 16),
+    VALUES (p_agent_id, p_site_id, p_name, p_public_key, left(pg_catalog.encode(pg_catalog.sha256(p_public_key), 'hex'), 16),
             compute.compute_now())
-    ON CONFLICT (site_id, name) DO NOTHING;
+    ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         PERFORM compute.raise_error('ALREADY_EXISTS', pg_catalog.format('site agent %s exists in site %s', p_name, p_site_id),
             'Pick another name, or use the agent that exists (ops.site_agents).');
     END IF;
-    RETURN v_agent_id;
+    RETURN p_agent_id;
 END
+$$;
+COMMENT ON FUNCTION compute.site_agent_register(uuid, uuid, text, bytea) IS 'Register a site agent (with this id) and the X25519 public key credentials are sealed to.';
+
+CREATE FUNCTION ops.site_agent_register(p_site_id uuid, p_name text, p_public_key bytea) RETURNS uuid
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
+    SELECT compute.site_agent_register(pg_catalog.gen_random_uuid(), p_site_id, p_name, p_public_key)
 $$;
 COMMENT ON FUNCTION ops.site_agent_register(uuid, text, bytea) IS 'Register a site agent and the X25519 public key credentials are sealed to.';
 
-CREATE FUNCTION ops.machine_enroll(p_machine_id uuid, p_agent_id uuid, p_pool_id uuid, p_name text, p_bmc_address text,
-                                   p_system_uuid text, p_image_url text, p_credentials_key_id text, p_credentials_box bytea)
+CREATE FUNCTION compute.machine_enroll(p_machine_id uuid, p_agent_id uuid, p_pool_id uuid, p_name text, p_bmc_address text,
+                                       p_system_uuid text, p_image_url text, p_credentials_key_id text, p_credentials_box bytea)
 RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''
+LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now     timestamptz := compute.compute_now();
@@ -706,6 +828,16 @@ BEGIN
     END;
     RETURN compute.machine_json(v_machine);
 END
+$$;
+COMMENT ON FUNCTION compute.machine_enroll(uuid, uuid, uuid, text, text, text, text, text, bytea) IS
+    'Enroll a machine by its BMC; credentials only as a box sealed to the agent''s key (with the machine id as associated data).';
+
+CREATE FUNCTION ops.machine_enroll(p_machine_id uuid, p_agent_id uuid, p_pool_id uuid, p_name text, p_bmc_address text,
+                                   p_system_uuid text, p_image_url text, p_credentials_key_id text, p_credentials_box bytea)
+RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
+    SELECT compute.machine_enroll(p_machine_id, p_agent_id, p_pool_id, p_name, p_bmc_address, p_system_uuid, p_image_url,
+                                  p_credentials_key_id, p_credentials_box)
 $$;
 COMMENT ON FUNCTION ops.machine_enroll(uuid, uuid, uuid, text, text, text, text, text, bytea) IS
     'Enroll a machine by its BMC; credentials only as a box sealed to the agent''s key (with the machine id as associated data).';
@@ -743,7 +875,20 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_machine compute.machines := compute.machine_get(p_machine, true);
+    v_holder  compute.reservations;
 BEGIN
+    IF p_event = 'release' THEN  -- a tenant's machine is cleaned when its reservation ends, not under it
+        SELECT r.* INTO v_holder FROM compute.bookings AS b JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
+         WHERE b.node_id = v_machine.node_id AND r.instance_kind = 'bare_metal' AND b.state IN ('provisional', 'active')
+           AND b.during @> compute.compute_now()
+         LIMIT 1;
+        IF FOUND THEN
+            PERFORM compute.raise_error('CAPACITY_CONFLICT',
+                pg_catalog.format('machine %s is held by bare_metal reservation %s until %s', v_machine.name, v_holder.reservation_id,
+                                  upper(v_holder.during)),
+                'Its release (or its end) cleans the machine; ask its tenant to release it, or wait.');
+        END IF;
+    END IF;
     RETURN compute.machine_json(compute.machine_transition(v_machine.machine_id, p_event,
         CASE WHEN p_event = 'abort' THEN coalesce('aborted: ' || p_reason, 'aborted by an operator') END, true));
 END
@@ -793,21 +938,180 @@ CREATE FUNCTION ops.machines_list() RETURNS SETOF ops.machines
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT * FROM ops.machines ORDER BY name $$;
 COMMENT ON FUNCTION ops.machines_list() IS 'ops.machines, for the CLI (better-compute machines list).';
 
-CREATE FUNCTION ops.machine_show(p_machine text) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
+CREATE FUNCTION compute.machine_show(p_machine text) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
     SELECT compute.machine_json(m) || pg_catalog.jsonb_build_object('operations',
                (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(o) ORDER BY o.op_id DESC), '[]')
                   FROM (SELECT o.op_id, o.epoch, o.state_name, o.generation, o.step, o.kind, o.state, o.created_at, o.finished_at, o.error
                           FROM compute.bmc_ops AS o WHERE o.machine_id = m.machine_id ORDER BY o.op_id DESC LIMIT 20) AS o))
       FROM compute.machine_get(p_machine) AS m
 $$;
-COMMENT ON FUNCTION ops.machine_show(text) IS 'One machine and its last 20 BMC operations (better-compute machines show).';
+COMMENT ON FUNCTION compute.machine_show(text) IS 'One machine and its last 20 BMC operations.';
+
+CREATE FUNCTION ops.machine_show(p_machine text) RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.machine_show(p_machine) $$;
+COMMENT ON FUNCTION ops.machine_show(text) IS 'One machine and its last 20 BMC operations (machines.show).';
 
 CREATE FUNCTION ops.site_agent_key(p_agent_id uuid) RETURNS TABLE (agent_id uuid, key_id text, public_key text)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
     SELECT a.agent_id, a.key_id, pg_catalog.encode(a.public_key, 'base64') FROM compute.site_agents AS a WHERE a.agent_id = p_agent_id
 $$;
 COMMENT ON FUNCTION ops.site_agent_key(uuid) IS 'The public key to seal a machine''s BMC credentials to.';
+
+-- The API (sql/500_api_catalog.sql): machines.* for the operators of the tenant whose site holds
+-- the machines, each with one IAM decision (P7). Credentials arrive only sealed (machines.enroll's
+-- credentials_box, writeOnly: IAM and the audit never see it).
+CREATE FUNCTION compute.api_machine_agent_json(p_agent compute.site_agents)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.jsonb_build_object('agent_id', p_agent.agent_id, 'site_id', p_agent.site_id, 'name', p_agent.name,
+               'key_id', p_agent.key_id, 'public_key', pg_catalog.encode(p_agent.public_key, 'base64'),
+               'created_at', p_agent.created_at, 'last_heard_at', p_agent.last_heard_at);
+$$;
+COMMENT ON FUNCTION compute.api_machine_agent_json(compute.site_agents) IS 'A site agent as the API answers it (its public key: what credentials are sealed to).';
+
+CREATE FUNCTION compute.api_input_bytes(p_input jsonb, p_field text)
+RETURNS bytea
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RETURN pg_catalog.decode(compute.input_text(p_input, p_field), 'base64');
+EXCEPTION WHEN invalid_parameter_value OR data_exception THEN
+    PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('%s is not base64', p_field), 'Pass the bytes base64-encoded.');
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.api_input_bytes(jsonb, text) IS 'A base64 input field''s bytes (INVALID_ARGUMENT when it is not base64).';
+
+CREATE FUNCTION compute.api_machines_register_agent(p_tenant_id uuid, p_resource_id text, p_input jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_agent_id uuid := compute.site_agent_register(p_resource_id::uuid, compute.input_uuid(p_input, 'site_id'),
+                                                   compute.input_text(p_input, 'name'), compute.api_input_bytes(p_input, 'public_key'));
+BEGIN
+    RETURN (SELECT compute.api_machine_agent_json(a) FROM compute.site_agents AS a WHERE a.agent_id = v_agent_id);
+END
+$$;
+COMMENT ON FUNCTION compute.api_machines_register_agent(uuid, text, jsonb) IS 'machines.registerAgent';
+
+CREATE FUNCTION compute.api_machines_agents(p_tenant_id uuid, p_input jsonb) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(pg_catalog.jsonb_agg(compute.api_machine_agent_json(a) ORDER BY a.name, a.agent_id), '[]')
+      FROM compute.site_agents AS a JOIN compute.sites AS s ON s.site_id = a.site_id
+     WHERE s.tenant_id = p_tenant_id AND a.site_id = coalesce(compute.input_uuid(p_input, 'site_id', false), a.site_id)
+       AND a.agent_id = coalesce(compute.input_uuid(p_input, 'agent_id', false), a.agent_id);
+$$;
+COMMENT ON FUNCTION compute.api_machines_agents(uuid, jsonb) IS 'machines.agents';
+
+CREATE FUNCTION compute.api_machines_enroll_prepare(p_tenant_id uuid, p_input jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_machine_id uuid := compute.input_uuid(p_input, 'machine_id');
+BEGIN
+    -- The caller chose the machine's id (its credentials are sealed with it as associated data): it
+    -- is the resource IAM decides on. Nothing provisional is written (an id taken is ALREADY_EXISTS
+    -- once allowed, so that nothing about it is said before the decision).
+    IF NOT EXISTS (SELECT 1 FROM compute.site_agents AS a JOIN compute.sites AS s ON s.site_id = a.site_id
+                    WHERE a.agent_id = compute.input_uuid(p_input, 'agent_id') AND s.tenant_id = p_tenant_id) THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no site agent %s', p_input ->> 'agent_id'),
+            'List this tenant''s site agents (machines.agents).');
+    END IF;
+    RETURN pg_catalog.jsonb_build_object('id', v_machine_id);
+END
+$$;
+COMMENT ON FUNCTION compute.api_machines_enroll_prepare(uuid, jsonb) IS 'machines.enroll, before the decision: the machine id the caller chose (its credentials are sealed with it); writes nothing.';
+
+CREATE FUNCTION compute.api_machines_enroll_void(p_resource_id text) RETURNS void
+LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
+COMMENT ON FUNCTION compute.api_machines_enroll_void(text) IS 'machines.enroll, on deny or expiry: nothing was written before the decision.';
+
+CREATE FUNCTION compute.api_machines_enroll(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS jsonb
+LANGUAGE sql AS $$
+    SELECT compute.machine_enroll(p_resource_id::uuid, compute.input_uuid(p_input, 'agent_id'), compute.input_uuid(p_input, 'pool_id'),
+        compute.input_text(p_input, 'name'), compute.input_text(p_input, 'bmc_address'), compute.input_text(p_input, 'system_uuid'),
+        compute.input_text(p_input, 'image_url'), compute.input_text(p_input, 'credentials_key_id'),
+        compute.api_input_bytes(p_input, 'credentials_box'));
+$$;
+COMMENT ON FUNCTION compute.api_machines_enroll(uuid, text, jsonb) IS 'machines.enroll';
+
+CREATE FUNCTION compute.api_machines_manage(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT compute.machine_operator_move(p_resource_id, 'manage', NULL) $$;
+COMMENT ON FUNCTION compute.api_machines_manage(uuid, text, jsonb) IS 'machines.manage';
+CREATE FUNCTION compute.api_machines_provide(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT compute.machine_operator_move(p_resource_id, 'provide', NULL) $$;
+COMMENT ON FUNCTION compute.api_machines_provide(uuid, text, jsonb) IS 'machines.provide';
+CREATE FUNCTION compute.api_machines_release(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT compute.machine_operator_move(p_resource_id, 'release', NULL) $$;
+COMMENT ON FUNCTION compute.api_machines_release(uuid, text, jsonb) IS 'machines.release';
+CREATE FUNCTION compute.api_machines_retry(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT compute.machine_operator_move(p_resource_id, 'retry', NULL) $$;
+COMMENT ON FUNCTION compute.api_machines_retry(uuid, text, jsonb) IS 'machines.retry';
+CREATE FUNCTION compute.api_machines_abort(p_tenant_id uuid, p_resource_id text, p_input jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT compute.machine_operator_move(p_resource_id, 'abort', compute.input_text(p_input, 'reason', false)) $$;
+COMMENT ON FUNCTION compute.api_machines_abort(uuid, text, jsonb) IS 'machines.abort';
+
+CREATE FUNCTION compute.api_machines_list(p_tenant_id uuid, p_input jsonb) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(pg_catalog.jsonb_agg(compute.machine_json(m) ORDER BY m.name, m.machine_id), '[]')
+      FROM (SELECT m.* FROM compute.machines AS m JOIN compute.sites AS s ON s.site_id = m.site_id
+             WHERE s.tenant_id = p_tenant_id AND m.pool_id = coalesce(compute.input_uuid(p_input, 'pool_id', false), m.pool_id)
+               AND m.state = coalesce(compute.input_text(p_input, 'state', false), m.state)
+             ORDER BY m.name, m.machine_id LIMIT compute.list_limit(p_input)) AS m;
+$$;
+COMMENT ON FUNCTION compute.api_machines_list(uuid, jsonb) IS 'machines.list (by name)';
+
+CREATE FUNCTION compute.api_machines_show(p_tenant_id uuid, p_input jsonb) RETURNS jsonb
+LANGUAGE sql STABLE AS $$ SELECT compute.machine_show(compute.input_uuid(p_input, 'machine_id')::text) $$;
+COMMENT ON FUNCTION compute.api_machines_show(uuid, jsonb) IS 'machines.show';
+
+INSERT INTO api.methods (method, action, resource_type, kind, summary, input_schema, function, resource_key, parent_type,
+                         parent_key, prepare_function, void_function, event_type) VALUES
+    ('machines.registerAgent', 'compute:machines:registerAgent', 'compute-site-agent', 'mutation',
+     'Register a site agent of a site and the X25519 public key BMC credentials are sealed to.',
+     '{"type":"object","properties":{"site_id":{"$piece":"uuid"},"name":{"$piece":"name"},"public_key":{"type":"string","pattern":"^[A-Za-z0-9+/]{43}=$"},"idempotency_key":{"$piece":"idempotency_key"}},"required":["site_id","name","public_key"],"additionalProperties":false}',
+     'compute.api_machines_register_agent(uuid, text, jsonb)', NULL, 'compute-site', 'site_id', NULL, NULL, NULL),
+    ('machines.agents', 'compute:machines:agents', 'compute-site-agent', 'read',
+     'The site agents (of one site) and the public keys to seal BMC credentials to.',
+     '{"type":"object","properties":{"site_id":{"$piece":"uuid"},"agent_id":{"$piece":"uuid"}},"required":[],"additionalProperties":false}',
+     'compute.api_machines_agents(uuid, jsonb)', NULL, 'compute-site', 'site_id', NULL, NULL, NULL),
+    ('machines.enroll', 'compute:machines:enroll', 'compute-machine', 'mutation',
+     'Enroll a machine by its BMC, its credentials sealed to the site agent''s key with the machine id (better-compute machines enroll seals them).',
+     '{"type":"object","properties":{"machine_id":{"$piece":"uuid"},"agent_id":{"$piece":"uuid"},"pool_id":{"$piece":"uuid"},"name":{"type":"string","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"},"bmc_address":{"type":"string","maxLength":500,"pattern":"^https?://[^\\s/]+(/\\S*)?$"},"system_uuid":{"type":"string","pattern":"^[0-9A-Fa-f-]{32,36}$"},"image_url":{"type":"string","maxLength":2000,"pattern":"^https?://\\S+$"},"credentials_key_id":{"type":"string","pattern":"^[0-9a-f]{16}$"},"credentials_box":{"type":"string","minLength":64,"maxLength":5464,"pattern":"^[A-Za-z0-9+/]+={0,2}$","writeOnly":true},"idempotency_key":{"$piece":"idempotency_key"}},"required":["machine_id","agent_id","pool_id","name","bmc_address","system_uuid","image_url","credentials_key_id","credentials_box"],"additionalProperties":false}',
+     'compute.api_machines_enroll(uuid, text, jsonb)', NULL, 'compute-pool', 'pool_id',
+     'compute.api_machines_enroll_prepare(uuid, jsonb)', 'compute.api_machines_enroll_void(text)', NULL),
+    ('machines.manage', 'compute:machines:manage', 'compute-machine', 'mutation',
+     'enrolled / manageable -> verifying: the site agent checks the BMC and the system.',
+     '{"type":"object","properties":{"machine_id":{"$piece":"uuid"},"idempotency_key":{"$piece":"idempotency_key"}},"required":["machine_id"],"additionalProperties":false}',
+     'compute.api_machines_manage(uuid, text, jsonb)', 'machine_id', NULL, NULL, NULL, NULL, NULL),
+    ('machines.provide', 'compute:machines:provide', 'compute-machine', 'mutation',
+     'manageable -> deploying: the BMC boots the image with bcd; the machine joins its pool.',
+     '{"type":"object","properties":{"machine_id":{"$piece":"uuid"},"idempotency_key":{"$piece":"idempotency_key"}},"required":["machine_id"],"additionalProperties":false}',
+     'compute.api_machines_provide(uuid, text, jsonb)', 'machine_id', NULL, NULL, NULL, NULL, NULL),
+    ('machines.release', 'compute:machines:release', 'compute-machine', 'mutation',
+     'active -> cleaning (its node key revoked at once), then deployed again; refused while a bare_metal reservation holds it.',
+     '{"type":"object","properties":{"machine_id":{"$piece":"uuid"},"idempotency_key":{"$piece":"idempotency_key"}},"required":["machine_id"],"additionalProperties":false}',
+     'compute.api_machines_release(uuid, text, jsonb)', 'machine_id', NULL, NULL, NULL, NULL, NULL),
+    ('machines.retry', 'compute:machines:retry', 'compute-machine', 'mutation',
+     'A failed (quarantined) state -> the state it failed in.',
+     '{"type":"object","properties":{"machine_id":{"$piece":"uuid"},"idempotency_key":{"$piece":"idempotency_key"}},"required":["machine_id"],"additionalProperties":false}',
+     'compute.api_machines_retry(uuid, text, jsonb)', 'machine_id', NULL, NULL, NULL, NULL, NULL),
+    ('machines.abort', 'compute:machines:abort', 'compute-machine', 'mutation',
+     'In flight -> its failed state; a failed state -> enrolled / manageable.',
+     '{"type":"object","properties":{"machine_id":{"$piece":"uuid"},"reason":{"$piece":"reason"},"idempotency_key":{"$piece":"idempotency_key"}},"required":["machine_id"],"additionalProperties":false}',
+     'compute.api_machines_abort(uuid, text, jsonb)', 'machine_id', NULL, NULL, NULL, NULL, NULL),
+    ('machines.list', 'compute:machines:list', 'compute-machine', 'read',
+     'The machines (of one pool, in one state): state, quarantined, deadline, failures, BmcReachable.',
+     '{"type":"object","properties":{"pool_id":{"$piece":"uuid"},"state":{"type":"string","enum":["enrolled","verifying","manageable","deploying","deploy_wait","active","cleaning","available","verify_failed","deploy_failed","clean_failed"]},"limit":{"$piece":"list_limit"}},"required":[],"additionalProperties":false}',
+     'compute.api_machines_list(uuid, jsonb)', NULL, 'compute-pool', 'pool_id', NULL, NULL, NULL),
+    ('machines.show', 'compute:machines:show', 'compute-machine', 'read',
+     'One machine and its last 20 BMC operations (never its credentials).',
+     '{"type":"object","properties":{"machine_id":{"$piece":"uuid"}},"required":["machine_id"],"additionalProperties":false}',
+     'compute.api_machines_show(uuid, jsonb)', 'machine_id', NULL, NULL, NULL, NULL, NULL);
 
 -- Workers (worker_api, bc_worker).
 CREATE FUNCTION worker_api.machine_reconcile(p_machine_id uuid) RETURNS text

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import httpx
@@ -32,6 +33,16 @@ from node_support import BCD, H200_INVENTORY, SECONDS
 
 EMULATOR = REPO / "scripts" / "bmc_emulator.py"
 USERNAME = "admin"
+AGENT_KEY = bytes(range(1, 33))  # a site agent's X25519 public key (raw), for tests that run no agent
+
+
+def enrollment(pool_id: str, agent_id: str, name: str, agent_key: bytes = AGENT_KEY) -> dict[str, Any]:
+    """machines.enroll's input: BMC credentials sealed to the agent's key with the machine id, as the CLI seals them."""
+    machine_id = str(uuid.uuid4())
+    box = seal(agent_key, json.dumps({"username": "root", "password": "calvin"}), aad=machine_id.encode())
+    return {"machine_id": machine_id, "agent_id": agent_id, "pool_id": pool_id, "name": name, "bmc_address": "https://10.0.0.7",
+            "system_uuid": str(uuid.uuid4()), "image_url": "https://images.example/bcd.iso", "credentials_key_id": box.key_id,
+            "credentials_box": base64.b64encode(box.box).decode()}
 
 
 @dataclass

@@ -5,6 +5,7 @@ out of at least one HTTP call; a relay killed between prepare and admit leaves n
 
 from __future__ import annotations
 
+import base64
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from bare_metal_support import AGENT_KEY, enrollment
 from fleet import H200_MODEL, MIG_2X_3G, TIMESLICE_4, WHOLE, register_nodes
 from iam_server import IamServer, TokenPolicy
 from relay_support import Relay, better_iam, running_relay
@@ -107,11 +109,15 @@ def build_tenant_a(alice: Caller, db: psycopg.Connection) -> dict[str, str]:
     instance = alice.data("instances.create", {"pool_id": pool["pool_id"], "gpus": 1, "image": "debian-12.raw",
                                                "ssh_keys": [SSH_KEY], "end": at(2)})
     node_id = alice.data("nodes.list", {"pool_id": pool["pool_id"]})[0]["node_id"]
+    agent = alice.data("machines.registerAgent", {"site_id": site["site_id"], "name": "agent-1",
+                                                  "public_key": base64.b64encode(AGENT_KEY).decode()})
+    machine = alice.data("machines.enroll", enrollment(pool["pool_id"], agent["agent_id"], "bm-01"))
     event_id = db.execute("SELECT max(event_id) FROM compute.audit_events WHERE tenant_id = %s", (TENANT_A,)).fetchone()[0]
     return {"site_id": site["site_id"], "pool_id": pool["pool_id"], "project_id": project["project_id"],
             "token_id": token["token_id"], "webhook_id": webhook["webhook_id"],
             "reservation_id": reservation["reservation_id"], "node_id": node_id, "event_id": event_id,
-            "instance_id": instance["instance_id"]}
+            "instance_id": instance["instance_id"], "agent_id": agent["agent_id"], "machine_id": machine["machine_id"]}
+
 
 
 def test_every_method_works_through_http_with_one_iam_decision_each(relay: Relay, iam: IamServer,
@@ -174,6 +180,16 @@ def test_every_method_works_through_http_with_one_iam_decision_each(relay: Relay
     assert alice.data("instances.start", {"instance_id": instance})["state"] == "running"
     assert alice.data("instances.delete", {"instance_id": instance})["state"] == "deleting"
 
+    machine = ids["machine_id"]  # no site agent runs: the moves an operator makes, without a BMC operation done
+    assert [a["agent_id"] for a in alice.data("machines.agents", {"site_id": ids["site_id"]})] == [ids["agent_id"]]
+    assert alice.data("machines.manage", {"machine_id": machine})["state"] == "verifying"
+    assert alice.data("machines.abort", {"machine_id": machine, "reason": "wrong rack"})["state"] == "verify_failed"
+    assert alice.data("machines.retry", {"machine_id": machine})["state"] == "verifying"
+    assert alice.error("machines.provide", {"machine_id": machine}) == (400, "INVALID_ARGUMENT")  # not verified
+    assert alice.error("machines.release", {"machine_id": machine}) == (400, "INVALID_ARGUMENT")  # not active
+    assert [(m["name"], m["state"]) for m in alice.data("machines.list", {"pool_id": pool})] == [("bm-01", "verifying")]
+    assert alice.data("machines.show", {"machine_id": machine})["credentials_version"] == 1
+
     assert alice.called == catalog_methods(db), f"methods without an HTTP test: {catalog_methods(db) - alice.called}"
 
 
@@ -182,7 +198,9 @@ def probe_input(schema: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
     filler: dict[str, Any] = {"reason": "probe", "shape": "gpu", "count": 1, "end": at(5), "name": "probe",
                               "gpu_model": H200_MODEL, "placement_policy": "spread", "max_count": 1,
                               "max_duration_seconds": 60, "duration_seconds": 60, "kind": "reboot", "url": "https://hooks.example/b",
-                              "secret": "s" * 32, "gpus": 1, "image": "probe.raw", "ssh_keys": [SSH_KEY], **ids}
+                              "secret": "s" * 32, "gpus": 1, "image": "probe.raw", "ssh_keys": [SSH_KEY],
+                              **enrollment(ids["pool_id"], ids["agent_id"], "probe"),
+                              "public_key": base64.b64encode(AGENT_KEY).decode(), **ids}
     properties = schema["properties"]
     return {key: value for key, value in filler.items() if key in properties}
 
@@ -235,8 +253,7 @@ def test_every_error_code_of_the_contract_comes_out_of_http(relay: Relay, iam: I
     expect("ALREADY_EXISTS", 409, "projects.create", {"name": "once"})
     alice.data("quotas.set", {"pool_id": pool, "max_atoms": 2})
     expect("QUOTA_EXCEEDED", 429, "reservations.create", {"pool_id": pool, "shape": "gpu", "count": 1, "end": at(1)})
-    expect("UNSUPPORTED", 501, "offerings.create", {"pool_id": pool, "shape": "gpu", "max_count": 1,
-                                                    "max_duration_seconds": 60, "instance_kind": "bare_metal"})
+    expect("UNSUPPORTED", 501, "capacity.free", {"pool_id": pool, "shape": "bare_metal", "end": at(2)})
     # FENCED: the decision arrives after the admission's bound.
     db.execute("UPDATE compute.limits SET value = 1 WHERE name = 'admission_seconds'")
     db.commit()

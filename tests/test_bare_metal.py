@@ -2,8 +2,10 @@
 site agent (`serve site-agent`), a real Redfish BMC (sushy-tools' emulator, fake driver) and `bcd`.
 
 enroll -> manage (verify over Redfish) -> provide (power off, media out, image in with a token,
-boot from CD, power on) -> the image's bcd joins with the machine's token -> active, bookable ->
-release -> cleaning (old key revoked) -> available -> deployed again -> rejoin with a new key.
+boot from CD, power on) -> the image's bcd joins with the machine's token -> active, bookable -> a
+tenant's reservation of shape bare_metal books all of it (reservations.create) -> its release
+(reservations.release) -> cleaning (old key revoked) -> available -> deployed again -> rejoin with
+a new key.
 Then: persistent 503s quarantine with the reason; a BMC that is down changes only BmcReachable;
 an 11 s power change succeeds; and no credential byte is in any table or log of the run."""
 
@@ -12,13 +14,15 @@ from __future__ import annotations
 import subprocess
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from bare_metal_support import (Agent, Emulator, boot_image, enroll, image_server, public_key_b64, register_agent,
-                                running_agent, running_emulator, start_emulator, wait_state)
+                                running_agent, running_emulator, start_emulator, state, wait_state)
 from better_compute.siteagent.redfish import Bmc, Credentials
 from fleet import H200_MODEL
 from gateway_support import GatewayProcess, running_worker_process
@@ -27,12 +31,26 @@ from node_support import running_bcd, wait_until
 PROVISION_SECONDS = 120.0  # two power changes of up to 11 s each, and the rest
 
 
+TENANT = uuid.UUID("00000000-0000-0000-0000-0000000000b1")
+
+
 @pytest.fixture
 def site(sql: psycopg.Connection) -> tuple[uuid.UUID, uuid.UUID]:
-    site_id = sql.execute("SELECT compute.site_create('rack-1')").fetchone()[0]
+    """A tenant's site and pool of H200s, offering GPUs and whole machines (bare_metal)."""
+    site_id = sql.execute("SELECT compute.site_create('rack-1', %s)", (TENANT,)).fetchone()[0]
     pool_id = sql.execute("SELECT compute.pool_create(%s, 'h200', %s)", (site_id, H200_MODEL)).fetchone()[0]
     sql.execute("SELECT compute.offering_create(%s, 'gpu', 8, interval '1 day')", (pool_id,))
+    sql.execute("SELECT compute.offering_create(%s, 'bare_metal', 1, interval '1 day', 'bare_metal')", (pool_id,))
     return site_id, pool_id
+
+
+def api_mutation(sql: psycopg.Connection, method: str, document: dict[str, Any]) -> Any:
+    """A mutation through the admission as the relay makes it (prepare, IAM's allow, admit)."""
+    prepared = sql.execute("SELECT api.prepare(%s, %s, %s)", (method, TENANT, Jsonb(document))).fetchone()[0]
+    admitted = sql.execute("SELECT api.admit(%s, %s)", (prepared["admission_id"],
+                                                        Jsonb({"allowed": True, "principal": "user:alice"}))).fetchone()[0]
+    assert "data" in admitted, admitted
+    return admitted["data"]
 
 
 @pytest.fixture
@@ -78,8 +96,15 @@ def test_enroll_provision_join_release_clean_rejoin_with_a_new_key(
         old_key = public_key_b64(sql, node_id)
         assert sql.execute("SELECT count(*) FROM compute.atoms WHERE node_id = %s", (node_id,)).fetchone()[0] == 1
 
-        sql.execute("SELECT ops.machine_release('bm-01')")
-        assert public_key_b64(sql, node_id) is None  # the old identity is revoked at once
+        # A tenant books the whole machine; its release cleans it (the worker's reconciler).
+        end = sql.execute("SELECT compute.compute_now() + interval '1 hour'").fetchone()[0]
+        held = api_mutation(sql, "reservations.create", {"pool_id": str(site[1]), "shape": "bare_metal", "count": 1,
+                                                         "end": end.isoformat()})
+        atoms = sql.execute("SELECT atom_id::text FROM compute.atoms WHERE node_id = %s", (node_id,)).fetchall()
+        assert held["state"] == "active" and sorted(b["atom_id"] for b in held["bookings"]) == sorted(a for (a,) in atoms)
+        assert state(sql, machine) == "active"
+        api_mutation(sql, "reservations.release", {"reservation_id": held["reservation_id"]})
+        wait_until(lambda: public_key_b64(sql, node_id) is None, "the old identity revoked", agent.log, timeout=30)
         wait_state(sql, machine, "deploy_wait", PROVISION_SECONDS, agent)  # cleaned, available, deployed again
         again = boot_image(gateway, emulator, tmp_path / "boot-2", "bm-01")
         assert again.returncode == 0, again.stderr

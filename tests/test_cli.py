@@ -498,6 +498,8 @@ def test_every_catalog_method_is_a_command_with_its_inputs_as_options() -> None:
         assert method.kind in ("read", "mutation")
         assert ("idempotency_key" in schema["properties"]) == method.mutation, method.name
         assert kebab(method.group) in root.commands  # type: ignore[attr-defined]
+        if method.name == "machines.enroll":  # hand-written: it takes a password file and seals (cli/machines.py)
+            continue
         command = groups[kebab(method.group)].commands[method.command]  # type: ignore[attr-defined]
         flags = {flag for param in command.params for flag in param.opts}
         assert {f"--{kebab(prop)}" for prop in schema["properties"]} <= flags, method.name

@@ -6,6 +6,7 @@ shutdown), the resolver, /health, /metrics and the generated OpenAPI document.""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from better_compute.errors import ContractError
 from better_compute.relay.inbound import HTTP_BODY_BYTES
 from better_compute.relay.protocol import HttpBounds
 from better_compute.relay.sse import Notifier
+from bare_metal_support import AGENT_KEY, enrollment
 from fleet import H200_MODEL, h200_inventory
 from iam_server import IamServer, statement, write_static_iam
 from test_errors import FLAKY
@@ -761,8 +763,11 @@ def test_every_link_of_the_document_follows_a_key_its_method_answers(relay: Rela
     answers["instances.create"] = relay.data("instances.create", {
         "pool_id": pool, "gpus": 1, "image": "debian-12.raw", "ssh_keys": ["ssh-ed25519 AAAA alice@laptop"],
         "end": answers["reservations.create"]["end"]}, ALICE, TENANT)
+    agent = relay.data("machines.registerAgent", {"site_id": answers["sites.create"]["site_id"], "name": "agent-1",
+                                                  "public_key": base64.b64encode(AGENT_KEY).decode()}, ALICE, TENANT)
+    answers["machines.enroll"] = relay.data("machines.enroll", enrollment(pool, agent["agent_id"], "bm-01"), ALICE, TENANT)
     lists = ["sites.list", "pools.list", "nodes.list", "joinTokens.list", "webhooks.list", "reservations.list",
-             "capacity.rollup", "instances.list"]
+             "capacity.rollup", "instances.list", "machines.list"]
     answers |= {method: relay.data(method, {}, ALICE, TENANT) for method in lists}
     linked = {method: post_of(method)["responses"]["200"].get("links", {}) for method in document_methods(document)}
     assert {method for method, links in linked.items() if links} == set(answers)

@@ -21,6 +21,8 @@ SELECT 'token_id', pgtap_fixtures.api('joinTokens.create', pgtap_fixtures.tenant
 SELECT 'webhook_id', pgtap_fixtures.api('webhooks.create', pgtap_fixtures.tenant('A'),
     jsonb_build_object('url', 'https://a.example/hook', 'sealed_secret', pgtap_fixtures.sealed_secret())) #>> '{data,webhook_id}';
 INSERT INTO a_ids SELECT 'event_id', max(event_id)::text FROM compute.audit_events WHERE tenant_id = pgtap_fixtures.tenant('A');
+INSERT INTO a_ids SELECT 'machine_id', pgtap_fixtures.machine(:'pool', 'bm-a')::text;
+INSERT INTO a_ids SELECT 'agent_id', agent_id::text FROM compute.machines WHERE name = 'bm-a';
 
 -- A full input for each method, every id field filled with A's.
 CREATE TEMP TABLE probes AS
@@ -30,6 +32,9 @@ SELECT m.method,
        || jsonb_build_object('reason', 'probe', 'shape', 'gpu', 'count', 1, 'end', now() + interval '2 hours', 'name', 'probe', 'gpu_model', 'NVIDIA H200',
                              'placement_policy', 'spread', 'max_count', 1, 'max_duration_seconds', 60, 'duration_seconds', 60,
                              'kind', 'reboot', 'gpus', 1, 'image', 'probe.raw', 'ssh_keys', jsonb_build_array('ssh-ed25519 AAAA probe'))
+       || jsonb_build_object('public_key', encode(sha256('probe'), 'base64'), 'bmc_address', 'https://10.0.0.9',
+                             'system_uuid', md5('probe')::uuid, 'image_url', 'https://images.example/bcd.iso',
+                             'credentials_key_id', '0123456789abcdef', 'credentials_box', replace(encode(sha512('probe') || sha512('box'), 'base64'), E'\n', ''))
        AS input
   FROM api.methods AS m WHERE m.resource_key IS NOT NULL OR m.parent_key IS NOT NULL;
 

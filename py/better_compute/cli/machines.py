@@ -1,96 +1,64 @@
-"""`better-compute machines`: bare metal for operators (docs/bare-metal.md), straight to PostgreSQL as
-a member of bc_operator through the `ops` functions. Credentials are sealed here, to the site
-agent's public key with the machine id as associated data, before anything leaves this process."""
+"""`better-compute machines`: bare metal through the API relay (docs/bare-metal.md), one IAM decision
+per command like every relay command. The group's commands are generated from the method catalog
+(machines.manage, machines.list, …: methods.py) except `enroll`: it seals the BMC credentials here,
+to the site agent's public key (machines.agents) with the machine id as associated data, before
+anything leaves this process; the relay, IAM and the database only ever see the box."""
 
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from better_compute.db import Database
+from better_compute.cli import options
+from better_compute.cli.client import ApiError, Client
+from better_compute.cli.options import OptionSpec
 from better_compute.sealing import seal
 
-app = typer.Typer(no_args_is_help=True, help="Bare-metal machines: enroll, manage, provide, release, retry, abort, list, show.")
-
-OPERATOR_ROLE = "bc_operator"
-DsnOption = Annotated[str, typer.Option("--dsn", envvar="BETTER_COMPUTE_DSN", help="libpq conninfo or URL (a bc_operator login).")]
-MachineArgument = Annotated[str, typer.Argument(help="The machine's name or id.")]
+app = typer.Typer(no_args_is_help=True, help="Bare-metal machines: register-agent, agents, enroll, manage, provide, release, "
+                                             "retry, abort, list, show.")
 
 
-def database(dsn: str) -> Database:
-    return Database(dsn, max_size=1, name="better-compute-machines", role=OPERATOR_ROLE)
+def option(name: str, help: str, annotation: Any = str) -> OptionSpec:
+    return OptionSpec(name, (f"--{name.replace('_', '-')}",), annotation, help, inspect.Parameter.empty)
 
 
-def show(document: Any) -> None:
-    typer.echo(json.dumps(document, indent=2, sort_keys=True, default=str))
+ENROLL_OPTIONS = (
+    option("agent_id", "The site agent that reaches the BMC (machines agents)."),
+    option("pool_id", "The pool the machine's node joins."),
+    option("name", "The machine's name."),
+    option("bmc_address", "The BMC's Redfish base URL, e.g. https://10.0.0.7."),
+    option("system_uuid", "The system's uuid (what the BMC must report)."),
+    option("image_url", "The image (with bcd) the BMC boots as virtual media."),
+    option("username", "BMC user name."),
+    option("password_file", "A file holding the BMC password (never an argument).", Path),
+)
 
 
-@app.command("register-agent")
-def register_agent(dsn: DsnOption,
-                   site_id: Annotated[str, typer.Option(help="The site whose BMCs the agent reaches.")],
-                   name: Annotated[str, typer.Option(help="The agent's name in its site.")],
-                   public_key: Annotated[str, typer.Option(help="What `serve site-agent --print-public-key` printed.")]) -> None:
-    """Register a site agent and the key BMC credentials are sealed to; prints its id."""
-    with database(dsn) as db:
-        typer.echo(db.call("ops.site_agent_register", uuid.UUID(site_id), name, base64.b64decode(public_key)))
+def sealed_enrollment(client: Client, values: dict[str, Any], password: str) -> Any:
+    """machines.enroll with the credentials sealed to the agent's key, bound to a new machine id."""
+    agents = client.call("machines.agents", {"agent_id": values["agent_id"]}, mutation=False)
+    if not agents:
+        raise ApiError("NOT_FOUND", f"no site agent {values['agent_id']}", "List them: better-compute machines agents.")
+    machine_id = str(uuid.uuid4())
+    box = seal(base64.b64decode(agents[0]["public_key"]), json.dumps({"username": values["username"], "password": password}),
+               aad=machine_id.encode())
+    body = {key: values[key] for key in ("agent_id", "pool_id", "name", "bmc_address", "system_uuid", "image_url")}
+    return client.call("machines.enroll", {**body, "machine_id": machine_id, "credentials_key_id": box.key_id,
+                                           "credentials_box": base64.b64encode(box.box).decode()}, mutation=True)
 
 
-@app.command("enroll")
-def enroll(dsn: DsnOption,
-           agent_id: Annotated[str, typer.Option(help="The site agent that reaches the BMC.")],
-           pool_id: Annotated[str, typer.Option(help="The pool the machine's node joins.")],
-           name: Annotated[str, typer.Option(help="The machine's name.")],
-           bmc_address: Annotated[str, typer.Option(help="The BMC's Redfish base URL, e.g. https://10.0.0.7.")],
-           system_uuid: Annotated[str, typer.Option(help="The system's uuid (what the BMC must report).")],
-           image_url: Annotated[str, typer.Option(help="The image (with bcd) the BMC boots as virtual media.")],
-           username: Annotated[str, typer.Option(help="BMC user name.")],
-           password_file: Annotated[Path, typer.Option(help="A file holding the BMC password (never an argument).")]) -> None:
+def enroll(ctx: typer.Context, **values: Any) -> None:
     """Enroll a machine by its BMC; its credentials are sealed to the agent's key here."""
-    machine_id = uuid.uuid4()
-    with database(dsn) as db:
-        [agent] = db.rows("ops.site_agent_key", uuid.UUID(agent_id))
-        box = seal(base64.b64decode(agent["public_key"]),
-                   json.dumps({"username": username, "password": password_file.read_text().rstrip("\n")}),
-                   aad=str(machine_id).encode())
-        show(db.call("ops.machine_enroll", machine_id, uuid.UUID(agent_id), uuid.UUID(pool_id), name, bmc_address,
-                     system_uuid, image_url, box.key_id, box.box))
+    given = options.collect(ctx, values)
+    password = values["password_file"].read_text().rstrip("\n")
+    options.run(given, lambda client: sealed_enrollment(client, values, password), ("machine_id",))
 
 
-def move(function: str) -> Any:
-    def command(dsn: DsnOption, machine: MachineArgument) -> None:
-        with database(dsn) as db:
-            show(db.call(function, machine))
-    return command
-
-
-app.command("manage", help="enrolled / manageable -> verifying.")(move("ops.machine_manage"))
-app.command("provide", help="manageable -> deploying (the machine joins its pool).")(move("ops.machine_provide"))
-app.command("release", help="active -> cleaning (its node's key is revoked at once), then deployed again.")(move("ops.machine_release"))
-app.command("retry", help="A failed (quarantined) state -> the state it failed in.")(move("ops.machine_retry"))
-
-
-@app.command("abort")
-def abort(dsn: DsnOption, machine: MachineArgument,
-          reason: Annotated[str, typer.Option(help="Why (kept as the machine's last error).")] = "aborted by an operator") -> None:
-    """In flight -> its failed state; a failed state -> enrolled / manageable."""
-    with database(dsn) as db:
-        show(db.call("ops.machine_abort", machine, reason))
-
-
-@app.command("list")
-def list_machines(dsn: DsnOption) -> None:
-    """Every machine: state, quarantined, deadline, failures, BmcReachable, the live operation."""
-    with database(dsn) as db:
-        show(db.rows("ops.machines_list"))
-
-
-@app.command("show")
-def show_machine(dsn: DsnOption, machine: MachineArgument) -> None:
-    """One machine and its last BMC operations."""
-    with database(dsn) as db:
-        show(db.call("ops.machine_show", machine))
+enroll.__signature__ = options.signature(ENROLL_OPTIONS, options.GLOBAL_OPTIONS)  # type: ignore[attr-defined]
+app.command("enroll")(enroll)

@@ -251,5 +251,7 @@ def by_group() -> dict[str, list[Method]]:
 def add_methods(target: typer.Typer, name: str) -> None:
     """The catalog's methods of group `name` as commands of `target` (a group with commands of its
     own: `audit proof` beside `audit export`)."""
+    hand_written = {info.name for info in target.registered_commands}
     for method in by_group().get(name, []):
-        target.command(method.command, help=method.summary)(method_command(method))
+        if method.command not in hand_written:  # `machines enroll` stands: it seals the credentials first
+            target.command(method.command, help=method.summary)(method_command(method))
