@@ -9,6 +9,7 @@ the relay's URL then comes from before the group, the environment or the profile
 from __future__ import annotations
 
 import inspect
+from importlib import metadata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, NoReturn
@@ -98,12 +99,23 @@ def collect(ctx: typer.Context, values: dict[str, Any]) -> GlobalOptions:
     return here.over(before) if isinstance(before, GlobalOptions) else here
 
 
+def print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"better-compute {metadata.version('better-compute')}")
+        raise typer.Exit()
+
+
+VERSION_OPTION = OptionSpec("version", ("--version",), bool, "Print the version and exit.", False,
+                            settings={"is_eager": True, "callback": print_version})
+
+
 def root_callback(ctx: typer.Context, **values: Any) -> None:
     """Better Compute: what exists, what is free, who holds it."""
+    values.pop("version")
     ctx.obj = collect(ctx, values)
 
 
-root_callback.__signature__ = signature(GLOBAL_OPTIONS)  # type: ignore[attr-defined]
+root_callback.__signature__ = signature(GLOBAL_OPTIONS, [VERSION_OPTION])  # type: ignore[attr-defined]
 
 
 def fail(code: str, message: str, hint: str | None = None) -> NoReturn:
