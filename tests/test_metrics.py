@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import psycopg
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import Dashboard
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg.types.json import Jsonb
 
@@ -110,6 +112,16 @@ def alert_expressions() -> list[str]:
     return [expression.strip().strip("'\"") for expression in found]
 
 
+def kept(written: object, read: object, path: str = "") -> list[str]:
+    """Where `read` lacks or changes what `written` has (more fields in `read` are fine)."""
+    if isinstance(written, dict) and isinstance(read, dict):
+        return [lost for key, value in written.items()
+                for lost in (kept(value, read[key], f"{path}.{key}") if key in read else [f"{path}.{key}"])]
+    if isinstance(written, list) and isinstance(read, list) and len(written) == len(read):
+        return [lost for index, pair in enumerate(zip(written, read)) for lost in kept(*pair, f"{path}[{index}]")]
+    return [] if written == read else [path]
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -149,8 +161,12 @@ def test_each_process_serves_each_series_once_and_the_shipped_rules_name_only_th
         assert names_in(expression) <= served_names, f"{expression!r} names what no process serves"
 
 
-def test_the_dashboard_is_a_grafana_dashboard_with_queries() -> None:
+def test_the_dashboard_is_what_grafanas_dashboard_schema_reads() -> None:
+    """Read into the types of Grafana's dashboard schema and written back (with the schema's defaults
+    added), the dashboard keeps every field: none is one the schema does not know (it would be dropped)."""
     document = json.loads(DASHBOARD.read_text())
+    again = json.loads(json.dumps(Dashboard.from_json(document), cls=JSONEncoder))
+    assert kept(document, again) == []
     assert {"title", "panels", "schemaVersion", "uid"} <= document.keys()
     assert all({"type", "title", "gridPos"} <= panel.keys() for panel in document["panels"])
     assert len(dashboard_expressions()) >= 8
