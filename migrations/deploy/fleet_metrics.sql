@@ -23,7 +23,7 @@ AS $function$
          ORDER BY s.name, p.name
          LIMIT (SELECT now_.label_values FROM now_)
     ), gpu_states AS (
-        -- Each physical GPU once, in the first state that applies.
+        -- Each physical GPU once, in the first state that applies; counted once per pool and state.
         SELECT n.pool_id,
                CASE WHEN NOT d.present THEN 'absent'
                     WHEN EXISTS (SELECT 1 FROM compute.bookings AS b
@@ -38,6 +38,8 @@ AS $function$
           FROM now_, compute.devices AS d
           JOIN compute.nodes AS n ON n.node_id = d.node_id
           LEFT JOIN compute.node_sessions AS ns ON ns.node_id = n.node_id
+    ), gpu_counts AS (
+        SELECT g.pool_id, g.state, count(*) AS n FROM gpu_states AS g GROUP BY g.pool_id, g.state
     ), node_sessions AS (
         SELECT n.pool_id,
                CASE WHEN ns.node_id IS NULL THEN 'never'
@@ -46,6 +48,8 @@ AS $function$
                     ELSE 'connected' END AS session
           FROM now_, compute.nodes AS n
           LEFT JOIN compute.node_sessions AS ns ON ns.node_id = n.node_id
+    ), session_counts AS (
+        SELECT x.pool_id, x.session, count(*) AS n FROM node_sessions AS x GROUP BY x.pool_id, x.session
     ), kinds AS (
         SELECT w.kind, w.state, count(*) AS items,
                max(now_.t - w.run_at) FILTER (WHERE w.state = 'pending' AND w.run_at <= now_.t) AS overdue
@@ -54,18 +58,18 @@ AS $function$
          GROUP BY w.kind, w.state
     )
     -- GPUs by state per pool: every pool has every state, zero included, so a rule sees a pool empty.
-    SELECT 'bc_fleet_gpus', 'Physical GPUs by pool and state (absent, held now, on a flagged node, unhealthy, '
+    SELECT 'bc_fleet_gpus', 'Physical GPUs by pool and state (absent, held now in whole or part, on a flagged node, unhealthy, '
                             'on a disconnected node, free).',
-           pg_catalog.jsonb_build_object('pool', p.pool, 'state', st.state),
-           (SELECT count(*) FROM gpu_states AS g WHERE g.pool_id = p.pool_id AND g.state = st.state)::double precision
+           pg_catalog.jsonb_build_object('pool', p.pool, 'state', st.state), coalesce(c.n, 0)::double precision
       FROM pools AS p
      CROSS JOIN unnest(ARRAY['absent', 'held', 'flagged', 'unhealthy', 'disconnected', 'free']) AS st(state)
+      LEFT JOIN gpu_counts AS c ON c.pool_id = p.pool_id AND c.state = st.state
     UNION ALL
     SELECT 'bc_fleet_nodes', 'Nodes by pool and session (connected, silent past session_timeout_seconds, closed, never opened).',
-           pg_catalog.jsonb_build_object('pool', p.pool, 'session', se.session),
-           (SELECT count(*) FROM node_sessions AS x WHERE x.pool_id = p.pool_id AND x.session = se.session)::double precision
+           pg_catalog.jsonb_build_object('pool', p.pool, 'session', se.session), coalesce(c.n, 0)::double precision
       FROM pools AS p
      CROSS JOIN unnest(ARRAY['connected', 'silent', 'closed', 'never']) AS se(session)
+      LEFT JOIN session_counts AS c ON c.pool_id = p.pool_id AND c.session = se.session
     UNION ALL
     SELECT 'bc_fleet_admissions_pending', 'Admissions prepared and not yet decided (provisional rows held).',
            '{}'::jsonb, (SELECT count(*) FROM compute.admissions AS a WHERE a.state = 'pending')::double precision

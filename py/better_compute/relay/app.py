@@ -205,7 +205,8 @@ class Relay:
         return data_response({"status": "ok", "methods": len(self.catalog.methods), "streams": self.open_streams})
 
     async def prometheus(self, _request: Request) -> Response:
-        content, content_type = self.metrics.exposition()
+        # In a thread: what `serve all` joins here (the worker's fleet gauges) reads the database.
+        content, content_type = await asyncio.to_thread(self.metrics.exposition)
         return Response(content, media_type=content_type)
 
     async def openapi_json(self, _request: Request) -> Response:

@@ -3,8 +3,9 @@ kind and outcome, handler time) and the fleet gauges, which the database compute
 function (worker_api.fleet_metrics, sql/560_fleet_metrics.sql). `serve worker --metrics-port` serves them.
 
 The fleet read is bounded twice more here: answers are reused for `cache_seconds` (however many
-Prometheus servers scrape), and one read may take `timeout_seconds` (statement_timeout). A read that
-fails is logged and counted, and that scrape has no fleet series (an alert on their absence fires).
+Prometheus servers scrape), and one read waits at most `timeout_seconds` for a connection and runs at
+most as long (statement_timeout). A read that fails is logged and counted, and that scrape has no
+fleet series (an alert on their absence fires).
 Label values are bounded: `kind` is a kind this worker has a handler for or "unknown".
 """
 
@@ -64,7 +65,7 @@ class FleetCollector(Collector):
     def read(self) -> list[dict[str, Any]]:
         started = time.perf_counter()
         try:
-            with self.db.pool.connection() as conn, conn.transaction():
+            with self.db.pool.connection(timeout=self.bounds.timeout_seconds) as conn, conn.transaction():
                 conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
                              [f"{int(self.bounds.timeout_seconds * 1000)}ms"])
                 with conn.cursor(row_factory=psycopg.rows.dict_row) as cursor:
