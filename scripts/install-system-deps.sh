@@ -9,7 +9,8 @@ packages=(
   postgresql-15-pgtap                    # the pgTAP extension
   libtap-parser-sourcehandler-pgtap-perl # pg_prove
   sqitch libdbd-pg-perl                  # the DBA's migration tool, proven compatible in the tests
-  prometheus                             # a real remote-write receiver for the daemon's telemetry test
+  prometheus                             # a real remote-write receiver for the daemon's telemetry test; promtool checks the alert rules
+  systemd                                # systemd-analyze verifies the units in deploy/systemd (test_packaging)
   softhsm2                               # a real PKCS#11 token for the CA and intent keys in an HSM (test_pkcs11)
   libvirt-clients libvirt-dev pkg-config # libvirt-python builds against them; bcd's hypervisor driver (test:///default in tests)
   gcc python3-dev                        # to build libvirt-python (it has no wheel)

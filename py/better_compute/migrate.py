@@ -31,7 +31,8 @@ from yoyo import get_backend
 from yoyo.backends.base import DatabaseBackend
 from yoyo.migrations import Migration, MigrationList, StepCollector
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PACKAGED_SCHEMA = Path(__file__).resolve().parent / "schema"  # what an installed wheel carries (setup.py)
+PROJECT_ROOT = PACKAGED_SCHEMA if PACKAGED_SCHEMA.is_dir() else Path(__file__).resolve().parents[2]
 MIGRATIONS_DIR = PROJECT_ROOT / "migrations"
 SQL_DIR = PROJECT_ROOT / "sql"
 MIGRATION_LOCK_KEY = 0x6263_6D69  # "bcmi": pg_advisory_lock key held while migrating

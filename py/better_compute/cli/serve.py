@@ -41,6 +41,7 @@ from better_compute.signer import Signer
 from better_compute.siteagent.cli import site_agent_command
 from better_compute.webhooks import WebhookSender
 from better_compute.worker.handlers import default_handlers
+from better_compute.worker.metrics import WorkerMetrics, served
 from better_compute.worker.resealing import register_and_reseal
 from better_compute.worker.runtime import Worker, WorkerSettings, default_owner, run_until_signalled
 
@@ -117,6 +118,10 @@ def worker_command(
         = None,
     pkcs11_module: Pkcs11Module = DEFAULT_MODULE,
     pkcs11_token: Pkcs11TokenLabel = None,
+    metrics_host: Annotated[str, typer.Option(help="Address /metrics listens on.")] = "127.0.0.1",
+    metrics_port: Annotated[int | None, typer.Option(min=0, max=65535, help="Serve /metrics (the worker's and the "
+                                                                            "fleet's gauges) on this port (0: any "
+                                                                            "free one; none: not served).")] = None,
 ) -> None:
     """Run the work queue as role bc_worker: sweeps, outbox fan-out, webhooks, usage export, audit checkpoints,
     signing node specs and commands (and, with --ca-key, node certificates)."""
@@ -125,12 +130,14 @@ def worker_command(
     db = worker_database(dsn, concurrency)
     signer = make_signer(dsn, ca_key, trust_domain, svid_lifetime_seconds) if ca_key is not None else None
     with db, signing(signer):
-        run_until_signalled(make_worker(db, settings, make_ledger(ledger, db, ledger_url, ledger_token),
-                                        WorkerKeys(audit_key, intent_key, SecretKeyring(webhook_key, webhook_old_key or ()),
-                                                   token_key(open_token(pkcs11_module, pkcs11_token),
-                                                             intent_pkcs11_label, Pkcs11IntentKey),
-                                                   intent_keys_also(intent_also)),
-                                        webhooks_to_private_addresses))
+        worker = make_worker(db, settings, make_ledger(ledger, db, ledger_url, ledger_token),
+                             WorkerKeys(audit_key, intent_key, SecretKeyring(webhook_key, webhook_old_key or ()),
+                                        token_key(open_token(pkcs11_module, pkcs11_token),
+                                                  intent_pkcs11_label, Pkcs11IntentKey),
+                                        intent_keys_also(intent_also)),
+                             webhooks_to_private_addresses)
+        with served(worker.metrics, metrics_host, metrics_port):
+            run_until_signalled(worker)
 
 
 def worker_database(dsn: str, concurrency: int) -> Database:
@@ -166,9 +173,10 @@ def intent_keys_also(paths: list[Path] | None) -> tuple[Ed25519PublicKey, ...]:
 
 
 def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, keys: WorkerKeys,
-                webhooks_to_private_addresses: bool) -> Worker:
-    """The worker with every handler, its clock anchored to the database's (the pool is open), its
-    webhook key registered and the secrets it can open sealed to it (worker/resealing.py)."""
+                webhooks_to_private_addresses: bool, process_metrics: bool = True) -> Worker:
+    """The worker with every handler and its metrics (the process's own too, unless `process_metrics` is
+    off), its clock anchored to the database's (the pool is open), its webhook key registered and the
+    secrets it can open sealed to it (worker/resealing.py)."""
     with db.pool.connection() as conn:
         clock = Clock.anchored(conn, "worker_api.now")
     register_and_reseal(db, keys.webhook)
@@ -181,7 +189,7 @@ def make_worker(db: Database, settings: WorkerSettings, ledger: Ledger, keys: Wo
                                 intent, keys.webhook)
     logging.getLogger(__name__).info("worker %s: %d kinds, concurrency %d", settings.owner, len(handlers),
                                      settings.concurrency)
-    return Worker(db, handlers, settings)
+    return Worker(db, handlers, settings, WorkerMetrics(db, handlers, process=process_metrics))
 
 
 class IamKind(str, Enum):
@@ -436,18 +444,21 @@ def all_command(
     iam = make_iam(IamKind.static, iam_file, None, None, None, 2.0)
     relay = relay_server(make_relay(dsn, 10, RELAY_POOL_TIMEOUT_SECONDS, iam, RelaySettings(None, StreamSettings())),
                          host, api_port, grace_seconds, HTTP)
+    # One process: its own series and the worker's are on the relay's /metrics, the gateway's has neither.
     gateway = make_gateway(dsn, 10, keys / "ca-bundle.crt", keys / "intent.key",
-                           GatewaySettings(name, host, gateway_port, heartbeat_seconds, spec_poll_seconds))
+                           GatewaySettings(name, host, gateway_port, heartbeat_seconds, spec_poll_seconds,
+                                           process_metrics=False))
     # One machine: the signer runs in this process too (the gateway code still never sees its key).
     signer = make_signer(dsn, keys / "ca.key", trust_domain, 3600)
     settings = WorkerSettings(default_owner(), concurrency, 30.0, 1.0, grace_seconds)
     db = worker_database(dsn, concurrency)
     with db, signing(signer):
+        worker = make_worker(db, settings, LocalLedger(db),
+                             WorkerKeys(keys / "audit.pem", keys / "intent.key", SecretKeyring(keys / "webhook.key")),
+                             webhooks_to_private_addresses, process_metrics=False)
+        relay.relay.metrics.join(worker.metrics)
         try:
-            run_all(relay, gateway, make_worker(db, settings, LocalLedger(db),
-                                                WorkerKeys(keys / "audit.pem", keys / "intent.key",
-                                                           SecretKeyring(keys / "webhook.key")),
-                                                webhooks_to_private_addresses))
+            run_all(relay, gateway, worker)
         except GATEWAY_START_ERRORS as error:
             logging.getLogger(__name__).error("serve all cannot start: %s", error)
             raise typer.Exit(1) from error

@@ -6,18 +6,19 @@ contract error code or "other", `direction` in or out.
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import Counter, Gauge
 
 from better_compute.errors import code_statuses
+from better_compute.metrics import Metrics
 from better_compute.nodeproto import TYPES
 
 UNKNOWN = "unknown"
 OTHER = "other"
 
 
-class GatewayMetrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+class GatewayMetrics(Metrics):
+    def __init__(self, process: bool = True) -> None:
+        super().__init__(process)
         self.sessions = Gauge("bc_gateway_sessions", "Node sessions open on this gateway.", registry=self.registry)
         self.joins = Counter("bc_gateway_joins_total", "Nodes joined through this gateway.", registry=self.registry)
         self.messages = Counter("bc_gateway_messages_total", "Node protocol messages, by direction and type.",
@@ -40,6 +41,3 @@ class GatewayMetrics:
 
     def error(self, code: str) -> None:
         self.errors.labels(code if code in code_statuses() else OTHER).inc()
-
-    def exposition(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST

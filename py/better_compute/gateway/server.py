@@ -52,6 +52,7 @@ class GatewaySettings:
     heartbeat_seconds: float = 5.0
     poll_seconds: float = 5.0
     server_names: tuple[str, ...] = ()  # more names for the server certificate
+    process_metrics: bool = True  # off where another endpoint of the process serves them (serve all)
 
 
 async def every(seconds: float, step: Callable[[], Awaitable[None]], what: str) -> None:
@@ -74,7 +75,7 @@ class Gateway:
         self.bundle_path = bundle_path
         self.intent_key = intent_key
         self.settings = settings
-        self.metrics = GatewayMetrics()
+        self.metrics = GatewayMetrics(settings.process_metrics)
         self.stopping = asyncio.Event()
 
     def stop(self) -> None:

@@ -33,7 +33,7 @@ from better_compute.relay.admission import ALL_RESOURCES, Admission
 from better_compute.relay.catalog import PATH_PREFIX, Catalog, InputSchema
 from better_compute.relay.envelope import data_response, error, error_response, invalid_argument, unavailable
 from better_compute.relay.inbound import bearer, caller_credential, read_object, tenant
-from better_compute.relay.metrics import UNKNOWN, MetricsMiddleware, RelayMetrics
+from better_compute.relay.metrics import STREAM, UNKNOWN, MetricsMiddleware, RelayMetrics
 from better_compute.relay.sealing import seal_fields
 from better_compute.relay.sse import EventStream, EventStreamResponse, Notifier, StreamSettings
 
@@ -47,7 +47,7 @@ ENDPOINT_LABELS = {  # the `method` label of the relay's own endpoints
     "/health": "health",
     "/metrics": "metrics",
     f"{PATH_PREFIX}/openapi.json": "openapi",
-    f"{PATH_PREFIX}/watch": "watch",
+    f"{PATH_PREFIX}/watch": STREAM,
     f"{PATH_PREFIX}/iam/resolve": "iam.resolve",
 }
 RESOLVE_INPUT = InputSchema.of({
@@ -205,7 +205,8 @@ class Relay:
         return data_response({"status": "ok", "methods": len(self.catalog.methods), "streams": self.open_streams})
 
     async def prometheus(self, _request: Request) -> Response:
-        content, content_type = self.metrics.exposition()
+        # In a thread: what `serve all` joins here (the worker's fleet gauges) reads the database.
+        content, content_type = await asyncio.to_thread(self.metrics.exposition)
         return Response(content, media_type=content_type)
 
     async def openapi_json(self, _request: Request) -> Response:

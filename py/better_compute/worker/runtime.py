@@ -37,6 +37,7 @@ import psycopg
 from psycopg import sql
 
 from better_compute.db import LOOK_AGAIN_SECONDS, ContractError, Database
+from better_compute.worker.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -159,10 +160,12 @@ class Listener:
 
 
 class Worker:
-    def __init__(self, db: Database, handlers: Mapping[str, Handler], settings: WorkerSettings):
+    def __init__(self, db: Database, handlers: Mapping[str, Handler], settings: WorkerSettings,
+                 metrics: WorkerMetrics | None = None):
         self.db = db
         self.handlers = dict(handlers)
         self.settings = settings
+        self.metrics = metrics or WorkerMetrics(db, self.handlers, process=False, fleet=False)
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.listener = Listener(db, self.wake, settings.poll_seconds)
@@ -220,6 +223,7 @@ class Worker:
             handler = self.handlers.get(item.kind)
             if handler is None:
                 log.warning("no handler for %s: failing it as UNSUPPORTED", item)
+                self.metrics.ran(item.kind, "unsupported")
                 self.report(item, error=f"UNSUPPORTED: kind {item.kind!r} has no handler in this worker")
             else:
                 self.start(item, handler)
@@ -232,12 +236,17 @@ class Worker:
 
     def execute(self, running: Running, handler: Handler) -> None:
         item = running.item
+        started = time.perf_counter()
+        self.metrics.running.inc()
         try:
             again = handler(item)
             error = None
         except Exception as failure:
             log.warning("%s failed", item, exc_info=True)
             again, error = None, f"{type(failure).__name__}: {failure}"
+        finally:
+            self.metrics.running.dec()
+        self.metrics.ran(item.kind, "done" if error is None else "failed", time.perf_counter() - started)
         with self.lock:
             running.finishing = True
         try:
