@@ -289,7 +289,7 @@ INSERT_BOOKINGS = """
 INSERT INTO compute.bookings (reservation_id, tenant_id, site_id, pool_id, node_id, device_id, atom_id, slices, shares,
                               gpu_fraction, during, state)
 SELECT p.reservation_id, p.tenant_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id, a.slices, a.shares,
-       a.gpu_fraction, p.during, %(state)s
+       a.gpu_fraction, p.during, CASE WHEN %(state)s = 'active' THEN 'held' ELSE %(state)s END
   FROM planned AS p CROSS JOIN LATERAL unnest(p.atom_ids) AS x(atom_id) JOIN compute.atoms AS a ON a.atom_id = x.atom_id
 """
 
@@ -655,7 +655,7 @@ def capacity_queries(dsn: str, pools: list[str], rng: random.Random) -> dict[str
     """capacity_free and capacity_earliest, after an ANALYZE so that the admission runs' bookings are known."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE compute.bookings")
-        live = conn.execute("SELECT count(*) FROM compute.bookings WHERE state IN ('provisional', 'active')").fetchone()[0]
+        live = conn.execute("SELECT count(*) FROM compute.bookings WHERE state = 'held'").fetchone()[0]
     free, free_rows = capacity_free_latencies(dsn, pools, rng)
     earliest, earliest_answers = capacity_earliest_latencies(dsn, pools, rng)
     return {"live_bookings_at_capacity_queries": live,

@@ -47,7 +47,7 @@ BEGIN
         SELECT 1 FROM compute.atoms AS x
           JOIN compute.bookings AS b ON b.atom_id = x.atom_id
          WHERE x.device_id = p_atom.device_id AND x.slices && p_atom.slices AND x.shares && p_atom.shares
-           AND b.state IN ('provisional', 'active') AND b.reservation_id IS DISTINCT FROM p_excluding
+           AND b.state = 'held' AND b.reservation_id IS DISTINCT FROM p_excluding
            AND upper(b.during) > lower(p_during) AND lower(b.during) < upper(p_during));
 END
 $$;
@@ -104,7 +104,7 @@ BEGIN
                    AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = a.device_id AND k.critical)
                    AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
                                     WHERE b.site_id = a.site_id AND b.device_id = a.device_id AND b.slices && a.slices
-                                      AND b.shares && a.shares AND b.during && p_during AND b.state IN ('provisional', 'active')
+                                      AND b.shares && a.shares AND b.during && p_during AND b.state = 'held'
                                    OFFSET 0)
                  ORDER BY a.pool_id, a.shape, a.device_index, a.node_rank, a.slices, a.slot
                  LIMIT p_limit) AS c
@@ -121,7 +121,7 @@ BEGIN
                    AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = a.device_id AND k.critical)
                    AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
                                     WHERE b.site_id = a.site_id AND b.device_id = a.device_id AND b.slices && a.slices
-                                      AND b.shares && a.shares AND b.during && p_during AND b.state IN ('provisional', 'active')
+                                      AND b.shares && a.shares AND b.during && p_during AND b.state = 'held'
                                    OFFSET 0)
                  ORDER BY a.pool_id, a.shape, a.node_rank, a.device_index, a.slices, a.slot
                  LIMIT p_limit) AS c
@@ -149,7 +149,7 @@ BEGIN
     ), nodes AS (
         SELECT c.node_id, count(*) AS free, min(c.node_rank) AS rank,
                (SELECT count(*) FROM compute.bookings AS b
-                 WHERE b.node_id = c.node_id AND b.during && p_during AND b.state IN ('provisional', 'active')) AS used
+                 WHERE b.node_id = c.node_id AND b.during && p_during AND b.state = 'held') AS used
           FROM c GROUP BY c.node_id
     ), ordered_nodes AS (
         SELECT n.node_id, n.free,

@@ -1,6 +1,6 @@
 -- A reservation's life (docs/architecture.md §6-7):
---   reserve     -> provisional (bookings written, exclusive, expiring after provisional_seconds)
---   activate    provisional -> active
+--   reserve     -> provisional (bookings written once as held: exclusive, expiring after provisional_seconds)
+--   activate    provisional -> active (the reservation row only: its held bookings are active from then on)
 --   void        provisional -> void (bookings void)
 --   release     active: running -> released (during truncated to end now), not started -> cancelled
 --   extend      move the end (later, or earlier but not before now), checked like a new booking
@@ -89,7 +89,7 @@ BEGIN
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'atom_id', a.atom_id, 'node', n.name, 'device_uuid', d.uuid, 'kind', a.kind,
                        'profile', a.profile, 'placement', a.placement, 'slot', a.slot,
-                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', b.state,
+                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', compute.booking_state(b.state, r.state),
                        'readiness', compute.booking_readiness(b.booking_id),
                        'conditions', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                                                  'type', c.type, 'status', c.status, 'critical', c.critical, 'reason', c.reason,
@@ -97,6 +97,7 @@ BEGIN
                                         FROM compute.device_conditions AS c WHERE c.device_id = d.device_id))
                    ORDER BY n.name, d.index, a.placement, a.slot)
               FROM compute.bookings AS b
+              JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
               JOIN compute.atoms AS a ON a.atom_id = b.atom_id
               JOIN compute.devices AS d ON d.device_id = b.device_id
               JOIN compute.nodes AS n ON n.node_id = b.node_id
@@ -264,7 +265,7 @@ BEGIN
         INSERT INTO compute.bookings (reservation_id, tenant_id, project_id, site_id, pool_id, node_id, device_id, atom_id,
                                       slices, shares, gpu_fraction, during, state)
         SELECT v_id, v_tenant_id, v_project_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
-               a.slices, a.shares, a.gpu_fraction, v_during, 'provisional'
+               a.slices, a.shares, a.gpu_fraction, v_during, 'held'
           FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
     EXCEPTION WHEN exclusion_violation OR deadlock_detected THEN
         PERFORM compute.raise_error('CAPACITY_CONFLICT',
@@ -337,7 +338,7 @@ BEGIN
         PERFORM compute.raise_error('CAPACITY_CONFLICT', pg_catalog.format('reservation %s expired at %s', p_reservation_id, v_reservation.expires_at),
             'Its atoms were held only briefly; reserve again.');
     END IF;
-    UPDATE compute.bookings SET state = 'active' WHERE reservation_id = p_reservation_id;
+    -- The bookings stay as written (held): that they are active now is the reservation's state.
     UPDATE compute.reservations SET state = 'active', expires_at = NULL, activated_at = compute.compute_now()
      WHERE reservation_id = p_reservation_id;
     RETURN compute.reservation_document(p_reservation_id);

@@ -228,7 +228,7 @@ INVARIANTS = {
     "live bookings outside their atom (validity, device, slices or shares)": """
         SELECT b.booking_id, b.during, a.valid
           FROM compute.bookings AS b JOIN compute.atoms AS a ON a.atom_id = b.atom_id
-         WHERE b.state IN ('provisional', 'active')
+         WHERE b.state = 'held'
            AND (NOT a.valid @> b.during OR (a.device_id, a.slices, a.shares) <> (b.device_id, b.slices, b.shares))""",
     "reservations whose bookings disagree with them (count, state or window)": """
         SELECT r.reservation_id, r.state, r.count, r.during, b.bookings, b.states, b.windows
@@ -237,15 +237,15 @@ INVARIANTS = {
                                array_agg(DISTINCT x.during) AS windows
                           FROM compute.bookings AS x WHERE x.reservation_id = r.reservation_id) AS b ON true
          WHERE b.bookings <> r.count OR b.windows <> ARRAY[r.during]
-            OR b.states <> ARRAY[CASE WHEN r.state IN ('provisional', 'active') THEN r.state
+            OR b.states <> ARRAY[CASE WHEN r.state IN ('provisional', 'active') THEN 'held'
                                       WHEN r.state IN ('released', 'expired') THEN 'released' ELSE 'void' END]""",
     "instants where a tenant holds more live atoms than max_atoms": """
         SELECT q.tenant_id, lower(s.during) AS instant, count(*) AS held, q.max_atoms
           FROM compute.quotas AS q
           JOIN compute.bookings AS s
-            ON s.tenant_id = q.tenant_id AND s.pool_id = q.pool_id AND s.state IN ('provisional', 'active')
+            ON s.tenant_id = q.tenant_id AND s.pool_id = q.pool_id AND s.state = 'held'
           JOIN compute.bookings AS b
-            ON b.tenant_id = q.tenant_id AND b.pool_id = q.pool_id AND b.state IN ('provisional', 'active')
+            ON b.tenant_id = q.tenant_id AND b.pool_id = q.pool_id AND b.state = 'held'
            AND lower(b.during) <= lower(s.during) AND lower(s.during) < upper(b.during)
          WHERE q.project_id IS NULL AND q.max_atoms IS NOT NULL
          GROUP BY q.quota_id, q.tenant_id, q.max_atoms, s.booking_id, lower(s.during)
@@ -263,7 +263,7 @@ INVARIANTS = {
           FROM compute.quotas AS q
          CROSS JOIN months AS m
           JOIN compute.bookings AS b
-            ON b.tenant_id = q.tenant_id AND b.pool_id = q.pool_id AND b.state IN ('provisional', 'active', 'released')
+            ON b.tenant_id = q.tenant_id AND b.pool_id = q.pool_id AND b.state IN ('held', 'released')
            AND lower(b.during) < m.month_end AND upper(b.during) > m.month_start
          WHERE q.project_id IS NULL AND q.gpu_hours_per_month IS NOT NULL
          GROUP BY q.quota_id, q.tenant_id, q.gpu_hours_per_month, m.month_start
