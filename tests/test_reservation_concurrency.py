@@ -8,7 +8,8 @@ their own clock forward as they go, so releases truncate running reservations an
 provisional ones and lapsed leases; the sessions use different time zones. Every call must
 succeed or fail with a contract SQLSTATE. Plain SQL over the tables (none of our functions)
 checks exclusivity, atom validity, reservation/booking agreement and both quotas, in repeated
-snapshots while the sessions run and once more after them.
+snapshots while the sessions run and once more after them; in the same snapshots, every atom's
+free-capacity summary (compute.atom_busy) is recomputed from the bookings and must be equal.
 
 Run with -s to see the outcome counts and the runtime.
 """
@@ -273,8 +274,27 @@ INVARIANTS = {
 }
 
 
-def invariant_violations(conn: psycopg.Connection) -> dict[str, list[tuple[Any, ...]]]:
-    return {name: rows for name, rows in rows_read_without_indexes(conn, INVARIANTS).items() if rows}
+# Every atom's summary against its bookings recomputed here, both from %(now)s on: the latest clock of
+# any session, so at or after the instant each writer trimmed the past from the summary at.
+BUSY_SUMMARY_DIFFERS = """
+    SELECT a.atom_id, s.busy * tstzmultirange(tstzrange(%(now)s, NULL)) AS kept, coalesce(c.busy, '{}') AS computed
+      FROM compute.atoms AS a
+      LEFT JOIN compute.atom_busy AS s ON s.atom_id = a.atom_id
+      LEFT JOIN LATERAL (SELECT range_agg(b.during * tstzrange(%(now)s, NULL)) AS busy
+                           FROM compute.atoms AS x JOIN compute.bookings AS b ON b.atom_id = x.atom_id
+                          WHERE x.device_id = a.device_id AND x.slices && a.slices AND x.shares && a.shares
+                            AND b.state = 'held' AND upper(b.during) > %(now)s) AS c ON true
+     WHERE s.atom_id IS NULL OR s.node_id <> a.node_id
+        OR s.busy * tstzmultirange(tstzrange(%(now)s, NULL)) <> coalesce(c.busy, '{}')"""
+
+
+def invariant_violations(conn: psycopg.Connection, latest_clock: Callable[[], datetime]) -> dict[str, list[tuple[Any, ...]]]:
+    """The invariants' violations in one snapshot (the caller's transaction), the busy summaries last:
+    the latest clock is read once the snapshot is taken, so no change it shows was made later."""
+    violations = rows_read_without_indexes(conn, INVARIANTS)
+    violations["atoms whose busy summary differs from their bookings"] = conn.execute(
+        BUSY_SUMMARY_DIFFERS, {"now": latest_clock()}).fetchall()
+    return {name: rows for name, rows in violations.items() if rows}
 
 
 class Watcher:
@@ -283,8 +303,9 @@ class Watcher:
     Every committed state must keep them, and most bookings end (released, void) before the run
     does: a violation that only lived for a while is caught here, not by the final check."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, latest_clock: Callable[[], datetime]) -> None:
         self.conn = psycopg.connect(dsn)
+        self.latest_clock = latest_clock
         self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self.conn.read_only = True
         self.finished = threading.Event()
@@ -294,7 +315,7 @@ class Watcher:
     def run(self) -> None:
         with self.conn:
             while not self.finished.wait(WATCH_PAUSE_SECONDS):
-                for name, rows in invariant_violations(self.conn).items():
+                for name, rows in invariant_violations(self.conn, self.latest_clock).items():
                     self.violations.setdefault(name, rows)
                 self.conn.commit()
                 self.rounds += 1
@@ -324,7 +345,7 @@ def test_concurrent_reservations_keep_exclusivity_validity_and_quotas(db: psycop
     pool_id = build_contended_pool(db)
     reservations = Reservations()
     sessions = [Session(db_dsn, pool_id, reservations, number) for number in range(THREADS)]
-    watcher = Watcher(db_dsn)
+    watcher = Watcher(db_dsn, lambda: max(session.now for session in sessions))
 
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=THREADS + 1) as executor:
@@ -350,5 +371,5 @@ def test_concurrent_reservations_keep_exclusivity_validity_and_quotas(db: psycop
     assert outcome_total(outcomes, "QUOTA_EXCEEDED") >= 500
 
     assert not watcher.violations, "during the run:\n" + describe(watcher.violations)
-    final = invariant_violations(db)
+    final = invariant_violations(db, lambda: max(session.now for session in sessions))
     assert not final, "after the run:\n" + describe(final)
