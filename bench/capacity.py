@@ -321,7 +321,6 @@ def load_pool_bookings(dsn: str, pool: str, now: datetime) -> Counter[str]:
 def set_outbox_triggers(dsn: str, action: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"ALTER TABLE compute.reservations {action} TRIGGER reservations_outbox")
-        conn.execute(f"ALTER TABLE compute.bookings {action} TRIGGER bookings_outbox")
 
 
 def load_bookings(dsn: str, pools: list[str]) -> dict[str, int]:

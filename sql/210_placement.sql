@@ -5,7 +5,7 @@
 --                  node; spread: GPU index across nodes), so the scan walks an index and stops early;
 --   2. choose      the fewest nodes: one node that fits the whole request if any (pack: the most used
 --                  such node, spread: the least used, by atoms busy in the window: compute.atom_busy),
---                  NVLink peers first within the node; otherwise
+--                  NVLink peers first within the node, equal GPUs in a random order; otherwise
 --                  the nodes with the most free atoms first;
 --   3. lock        the chosen devices FOR UPDATE SKIP LOCKED in device_id order: a concurrent
 --                  placement skips them instead of waiting, so placements never deadlock;
@@ -276,9 +276,15 @@ BEGIN
                                            n.rank) AS node_order
           FROM nodes AS n
     ), picked AS (
+        -- Within the node, GPUs that are equal for the request (as many NVLink peers) in an order
+        -- drawn for this call, so that concurrent placements on one node stop reaching for the same
+        -- first free GPU (each then skips the other's locked GPU and chooses again); within a GPU, its
+        -- lowest placement and slot first.
         SELECT c.atom_id, o.node_order, o.free,
-               row_number() OVER (ORDER BY o.node_order, c.peer_score DESC, c.device_index, c.slice0, c.slot) AS k
+               row_number() OVER (ORDER BY o.node_order, c.peer_score DESC,
+                                           pg_catalog.hashtextextended(c.device_id::text, s.seed), c.slice0, c.slot) AS k
           FROM c JOIN ordered_nodes AS o USING (node_id)
+         CROSS JOIN (SELECT (pg_catalog.random() * 9007199254740991)::bigint AS seed) AS s
     )
     SELECT CASE
         WHEN (SELECT count(*) FROM picked WHERE k <= p_count) < p_count THEN NULL

@@ -119,7 +119,7 @@ $$;
 COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (docs/architecture.md §17).';
 
 CREATE FUNCTION compute.reservation_replay(p_tenant_id uuid, p_key text, p_hash text)
-RETURNS jsonb
+RETURNS uuid
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
@@ -139,16 +139,17 @@ BEGIN
             pg_catalog.format('idempotency key %L was used for a different request', p_key),
             pg_catalog.format('Use a new key for a new request; the key belongs to reservation %s.', v_existing.reservation_id));
     END IF;
-    RETURN compute.reservation_document(v_existing.reservation_id);
+    RETURN v_existing.reservation_id;
 END
 $$;
 COMMENT ON FUNCTION compute.reservation_replay(uuid, text, text) IS 'The reservation a tenant''s idempotency key names (NULL: none); IDEMPOTENCY_MISMATCH for another request.';
 
-CREATE FUNCTION compute.reserve(p_request jsonb)
-RETURNS jsonb
+CREATE FUNCTION compute.reserve_hold(p_request jsonb)
+RETURNS uuid
 LANGUAGE plpgsql
 AS $$
--- Lock order: the idempotency key (unique index), quota rows, devices (SKIP LOCKED, in compute.place).
+-- Lock order: the idempotency key (unique index), quota rows, devices (SKIP LOCKED, in compute.place),
+-- the booked atoms' atom_busy rows (the bookings trigger).
 DECLARE
     v_now        timestamptz := compute.compute_now();
     v_tenant_id  uuid;
@@ -166,7 +167,7 @@ DECLARE
     v_hash       text;
     v_during     tstzrange;
     v_id         uuid := pg_catalog.gen_random_uuid();
-    v_replay     jsonb;
+    v_replay     uuid;
     v_atoms      uuid[];
     v_fraction   numeric;
     v_kind       text;
@@ -262,18 +263,37 @@ BEGIN
          WHERE q.tenant_id = v_tenant_id AND q.pool_id = v_pool.pool_id AND (q.project_id IS NULL OR q.project_id = v_project_id)
          ORDER BY q.quota_id FOR UPDATE;
         v_atoms := compute.place(v_pool.pool_id, v_shape, v_count, v_during, v_same_node);
-        INSERT INTO compute.bookings (reservation_id, tenant_id, project_id, site_id, pool_id, node_id, device_id, atom_id,
-                                      slices, shares, gpu_fraction, during, state)
-        SELECT v_id, v_tenant_id, v_project_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
-               a.slices, a.shares, a.gpu_fraction, v_during, 'held'
-          FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
+        -- Written once, held: activation changes the reservation row only.
+        WITH booked AS (
+            INSERT INTO compute.bookings (reservation_id, tenant_id, project_id, site_id, pool_id, node_id, device_id, atom_id,
+                                          slices, shares, gpu_fraction, during, state)
+            SELECT v_id, v_tenant_id, v_project_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
+                   a.slices, a.shares, a.gpu_fraction, v_during, 'held'
+              FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms)
+            RETURNING gpu_fraction)
+        SELECT sum(b.gpu_fraction) INTO v_fraction FROM booked AS b;
     EXCEPTION WHEN exclusion_violation OR deadlock_detected THEN
         PERFORM compute.raise_error('CAPACITY_CONFLICT',
             pg_catalog.format('%s x %s in pool %s were taken by a concurrent reservation', v_count, v_shape, v_pool.name),
             'Try again: placement looks for other free atoms; compute.capacity_earliest finds free windows.');
     END;
-    SELECT sum(a.gpu_fraction) INTO v_fraction FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
     PERFORM compute.quota_check(v_tenant_id, v_project_id, v_pool.pool_id, v_during, v_count, v_fraction, v_id);
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION compute.reserve_hold(jsonb) IS
+    'Place and book a reservation request as provisional; its id (an idempotency key''s reservation on a replay). compute.reserve answers the document.';
+
+CREATE FUNCTION compute.reserve(p_request jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    -- The document is built once, here; api.prepare needs only the id and a few attributes
+    -- (compute.reserve_hold). Two statements: the document's (STABLE) must see the rows just written.
+    v_id := compute.reserve_hold(p_request);
     RETURN compute.reservation_document(v_id);
 END
 $$;
