@@ -264,7 +264,8 @@ def test_a_relay_killed_between_prepare_and_admit_leaves_nothing_held(db_dsn: st
         request = threading.Thread(target=post_to_a_dying_relay, daemon=True, args=(relay, document))
         request.start()
         wait_until(lambda: iam.calls > asked, 10, "the relay to ask IAM")  # prepared: the provisional rows exist, IAM is deciding
-        held = db.execute("SELECT count(*) FROM compute.bookings WHERE state = 'held'").fetchone()[0]
+        held = db.execute("SELECT count(*) FROM compute.bookings JOIN compute.reservations USING (reservation_id) "
+                          "WHERE reservations.state = 'provisional'").fetchone()[0]
         db.commit()
         assert held == 3
         relay.process.send_signal(signal.SIGKILL)
