@@ -309,7 +309,7 @@ INSERT_BOOKINGS = """
 INSERT INTO compute.bookings (reservation_id, tenant_id, site_id, pool_id, node_id, device_id, atom_id, slices, shares,
                               gpu_fraction, during, state)
 SELECT p.reservation_id, p.tenant_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id, a.slices, a.shares,
-       a.gpu_fraction, p.during, %(state)s
+       a.gpu_fraction, p.during, CASE WHEN %(state)s = 'active' THEN 'held' ELSE %(state)s END
   FROM planned AS p CROSS JOIN LATERAL unnest(p.atom_ids) AS x(atom_id) JOIN compute.atoms AS a ON a.atom_id = x.atom_id
 """
 
@@ -341,7 +341,6 @@ def load_pool_bookings(dsn: str, pool: str, now: datetime) -> Counter[str]:
 def set_outbox_triggers(dsn: str, action: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"ALTER TABLE compute.reservations {action} TRIGGER reservations_outbox")
-        conn.execute(f"ALTER TABLE compute.bookings {action} TRIGGER bookings_outbox")
 
 
 def load_bookings(dsn: str, pools: list[str]) -> dict[str, int]:
@@ -703,7 +702,7 @@ WITH horizon AS (SELECT tstzrange(now(), now() + %(horizon)s) AS w)
 SELECT 1 - coalesce(sum(extract(epoch FROM upper(b.during * h.w) - lower(b.during * h.w))), 0)
            / (SELECT count(*) FROM compute.atoms WHERE shape = 'gpu' AND upper_inf(valid))
            / extract(epoch FROM %(horizon)s)
-  FROM horizon AS h JOIN compute.bookings AS b ON b.during && h.w AND b.state IN ('provisional', 'active')
+  FROM horizon AS h JOIN compute.bookings AS b ON b.during && h.w AND b.state = 'held'
   JOIN compute.atoms AS a ON a.atom_id = b.atom_id AND a.shape = 'gpu'
 """
 
@@ -738,7 +737,9 @@ RETURNING reservation_id
 """
 ACTIVATE_RESERVATION = ("UPDATE compute.reservations SET state = 'active', expires_at = NULL, activated_at = now() "
                         "WHERE reservation_id = %s")
-ACTIVATE_BOOKINGS = "UPDATE compute.bookings SET state = 'active' WHERE reservation_id = %s"
+# Before issue 16 activation also rewrote each booking row; a booking is now written once as held,
+# so this floor rewrites it in place (a new row version, its triggers fired) to price that write.
+ACTIVATE_BOOKINGS = "UPDATE compute.bookings SET state = 'held' WHERE reservation_id = %s"
 
 
 @dataclass(frozen=True)
@@ -752,9 +753,9 @@ class SameRows:
 
 
 SAME_ROWS_FLOORS = (
-    SameRows("same rows, 1 tx", "active", "active", ()),
-    SameRows("same rows + reservation update, 2 tx", "provisional", "active", (ACTIVATE_RESERVATION,)),
-    SameRows("same rows + both updated, 2 tx", "provisional", "provisional", (ACTIVATE_BOOKINGS, ACTIVATE_RESERVATION)),
+    SameRows("same rows, 1 tx", "active", "held", ()),
+    SameRows("same rows + reservation update, 2 tx", "provisional", "held", (ACTIVATE_RESERVATION,)),
+    SameRows("same rows + both updated, 2 tx", "provisional", "held", (ACTIVATE_BOOKINGS, ACTIVATE_RESERVATION)),
 )
 
 
@@ -804,7 +805,7 @@ def capacity_queries(dsn: str, pools: list[str], rng: random.Random) -> dict[str
     """capacity_free and capacity_earliest, after an ANALYZE so that the admission runs' bookings are known."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE compute.bookings")
-        live = conn.execute("SELECT count(*) FROM compute.bookings WHERE state IN ('provisional', 'active')").fetchone()[0]
+        live = conn.execute("SELECT count(*) FROM compute.bookings WHERE state = 'held'").fetchone()[0]
     free, free_rows = capacity_free_latencies(dsn, pools, rng)
     earliest, earliest_answers = capacity_earliest_latencies(dsn, pools, rng)
     return {"live_bookings_at_capacity_queries": live,

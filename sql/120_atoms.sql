@@ -149,7 +149,7 @@ BEGIN
     -- Refuse: a live booking of an atom that goes away overlaps the change time or comes after it.
     SELECT pg_catalog.string_agg(DISTINCT b.reservation_id::text, ', ') INTO v_blocking
       FROM compute.atoms AS a
-      JOIN compute.bookings AS b ON b.atom_id = a.atom_id AND b.state IN ('provisional', 'active')
+      JOIN compute.bookings AS b ON b.atom_id = a.atom_id AND b.state = 'held'
      WHERE a.device_id = p_device_id AND a.valid && tstzrange(v_at, NULL)
        AND b.during && tstzrange(v_at, NULL)
        AND NOT ROW(a.kind, a.profile, a.placement, a.slot, a.slot_count)::text = ANY (v_next);
@@ -194,7 +194,7 @@ BEGIN
                 v_keep := v_atom.atom_id;
                 v_keep_from := least(lower(v_atom.valid), v_at);
             ELSIF NOT EXISTS (SELECT 1 FROM compute.bookings AS b
-                               WHERE b.atom_id = v_atom.atom_id AND b.state IN ('provisional', 'active')) THEN
+                               WHERE b.atom_id = v_atom.atom_id AND b.state = 'held') THEN
                 UPDATE compute.bookings AS b SET atom_id = v_keep WHERE b.atom_id = v_atom.atom_id;
                 DELETE FROM compute.atoms AS a WHERE a.atom_id = v_atom.atom_id;
                 v_changed := v_changed + 1;

@@ -1,8 +1,12 @@
 -- Reservations and bookings (docs/architecture.md §5-6): who holds what, when.
 --   reservation  a tenant's request: pool, shape, count, window [start, end), lease, idempotency key
---   booking      one row per atom per reservation; the rows the exclusion constraint guards
+--   booking      one row per atom per reservation; the rows the exclusion constraint guards. A
+--                booking is written once as a live hold (state 'held'); whether it is provisional or
+--                active is its reservation's state, so activation updates the reservation row only.
+--                Everything that exposes or bills an active hold reads compute.active_bookings (the
+--                lint rule booking-state refuses a booking state compared with 'active' or 'provisional').
 --
--- The constraint: two live bookings (provisional or active) never share a device's memory slice
+-- The constraint: two live bookings (held, of a provisional or an active reservation) never share a device's memory slice
 -- and share at the same instant. A whole GPU conflicts with any MIG instance or slot of that GPU in
 -- an overlapping window, two time-slice slots never conflict, adjacent windows [a,b) [b,c) don't,
 -- and future bookings are checked like current ones. site_id leads the key so the constraint
@@ -58,19 +62,37 @@ CREATE TABLE compute.bookings (
     gpu_fraction   numeric NOT NULL,
     during         tstzrange NOT NULL CONSTRAINT bookings_during_check CHECK (NOT isempty(during) AND lower_inc(during) AND NOT upper_inc(during)
                                              AND NOT lower_inf(during) AND NOT upper_inf(during)),
-    state          text NOT NULL CONSTRAINT bookings_state_check CHECK (state IN ('provisional', 'active', 'released', 'void')),
+    state          text NOT NULL CONSTRAINT bookings_state_check CHECK (state IN ('held', 'released', 'void')),
     CONSTRAINT bookings_exclusive EXCLUDE USING gist
         (site_id WITH =, device_id WITH =, slices WITH &&, shares WITH &&, during WITH &&)
-        WHERE (state IN ('provisional', 'active'))
+        WHERE (state = 'held')
 );
 CREATE INDEX bookings_reservation ON compute.bookings (reservation_id);
 CREATE INDEX bookings_atom ON compute.bookings (atom_id);
 -- Live bookings by atom: what compute.atom_held reads, a btree on purpose (see there).
-CREATE INDEX bookings_atom_live ON compute.bookings (atom_id, upper(during)) WHERE state IN ('provisional', 'active');
+CREATE INDEX bookings_atom_live ON compute.bookings (atom_id, upper(during)) WHERE state = 'held';
 CREATE INDEX bookings_tenant_pool ON compute.bookings (tenant_id, pool_id, upper(during))
-    WHERE state IN ('provisional', 'active', 'released');
-CREATE INDEX bookings_node ON compute.bookings USING gist (node_id, during) WHERE state IN ('provisional', 'active');
-CREATE INDEX bookings_pool ON compute.bookings USING gist (pool_id, during) WHERE state IN ('provisional', 'active');
+    WHERE state IN ('held', 'released');
+CREATE INDEX bookings_node ON compute.bookings USING gist (node_id, during) WHERE state = 'held';
+CREATE INDEX bookings_pool ON compute.bookings USING gist (pool_id, during) WHERE state = 'held';
+-- The one reader of "active": live holds of active reservations (node specs, CDI, readiness,
+-- instances, ops views), with the reservation's instance kind. A provisional hold (before the IAM
+-- decision) is held against other placements but never exposed.
+CREATE VIEW compute.active_bookings AS
+    SELECT b.booking_id, b.reservation_id, b.tenant_id, b.project_id, b.site_id, b.pool_id, b.node_id, b.device_id, b.atom_id,
+           b.slices, b.shares, b.gpu_fraction, b.during, r.instance_kind
+      FROM compute.bookings AS b
+      JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
+     WHERE b.state = 'held' AND r.state = 'active';
+COMMENT ON VIEW compute.active_bookings IS 'Live holds of active reservations: the only bookings a node exposes, grants or bills.';
+
+-- A booking's state as the API shows it (provisional, active, released, void): a live hold is its reservation's.
+CREATE FUNCTION compute.booking_state(p_booking_state text, p_reservation_state text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT CASE WHEN p_booking_state = 'held' THEN p_reservation_state ELSE p_booking_state END $$;
+COMMENT ON FUNCTION compute.booking_state(text, text) IS 'A booking''s state as shown: a held booking is provisional or active as its reservation is.';
+
 COMMENT ON TABLE compute.bookings IS 'One atom held by one reservation during a window; bookings_exclusive makes it exclusive.';
 
 -- A booking is its atom's: same device, slices and shares, and inside the atom's validity.
@@ -81,7 +103,7 @@ AS $$
 DECLARE
     v_atom compute.atoms;
 BEGIN
-    IF NEW.state NOT IN ('provisional', 'active') THEN
+    IF NEW.state <> 'held' THEN
         RETURN NEW;
     END IF;
     SELECT * INTO v_atom FROM compute.atoms AS a WHERE a.atom_id = NEW.atom_id;
@@ -112,7 +134,7 @@ DECLARE
 BEGIN
     SELECT pg_catalog.string_agg(DISTINCT b.reservation_id::text, ', ') INTO v_blocking
       FROM compute.bookings AS b
-     WHERE b.atom_id = OLD.atom_id AND b.state IN ('provisional', 'active')
+     WHERE b.atom_id = OLD.atom_id AND b.state = 'held'
        AND (TG_OP = 'DELETE' OR NOT NEW.valid @> b.during);
     IF v_blocking IS NOT NULL THEN
         PERFORM compute.raise_error('CAPACITY_CONFLICT', pg_catalog.format('atom %s is booked outside its new validity', OLD.atom_id),

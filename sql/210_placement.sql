@@ -1,10 +1,11 @@
 -- Placement (docs/architecture.md §6): which atoms a request gets. SQL, in four steps:
---   1. candidates  up to placement_candidates free atoms of the shape, valid for the whole window, on
+--   1. candidates  up to placement_candidates free atoms (compute.atom_busy) of the shape, valid for the whole window, on
 --                  present GPUs without a critical condition (compute.device_conditions: not converged
 --                  to the layout valid now, MIG failed, a fault) of nodes without flags, in the pool's static order (pack: node by
 --                  node; spread: GPU index across nodes), so the scan walks an index and stops early;
 --   2. choose      the fewest nodes: one node that fits the whole request if any (pack: the most used
---                  such node, spread: the least used), NVLink peers first within the node; otherwise
+--                  such node, spread: the least used, by atoms busy in the window: compute.atom_busy),
+--                  NVLink peers first within the node, equal GPUs in a random order; otherwise
 --                  the nodes with the most free atoms first;
 --   3. lock        the chosen devices FOR UPDATE SKIP LOCKED in device_id order: a concurrent
 --                  placement skips them instead of waiting, so placements never deadlock;
@@ -28,6 +29,128 @@ CREATE TYPE compute.placement_candidate AS (
     slot         integer
 );
 
+-- Free-capacity bookkeeping: each atom's busy windows from now on, so that placement (steps 1 and 2)
+-- never reads bookings to find free atoms. An atom is busy while a held booking of any atom of its
+-- device that shares a slice and a share (itself, its whole GPU, its MIG instances, ...) holds it;
+-- the summary is trimmed of the past when it is written. Statement-level triggers keep it: on
+-- bookings (every path that adds, ends, extends, voids or moves one) and on atoms (a layout change
+-- adds atoms; deleted ones take their row along). It only advises: the recheck under the device
+-- lock (compute.atom_held, bookings through a btree) and the exclusion constraint decide.
+CREATE TABLE compute.atom_busy (
+    atom_id uuid CONSTRAINT atom_busy_pkey PRIMARY KEY CONSTRAINT atom_busy_atom_id_fkey REFERENCES compute.atoms ON DELETE CASCADE,
+    node_id uuid NOT NULL,
+    busy    tstzmultirange NOT NULL
+);
+CREATE INDEX atom_busy_node ON compute.atom_busy (node_id);
+COMMENT ON TABLE compute.atom_busy IS 'Per atom, the windows from now on in which a held booking covers a slice and share of it (placement reads this, not bookings).';
+
+CREATE FUNCTION compute.atom_busy_of(p_atom compute.atoms, p_from timestamptz)
+RETURNS tstzmultirange
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- The held bookings of the device's atoms that overlap this one, from p_from on (bookings_atom_live).
+    RETURN (SELECT coalesce(pg_catalog.range_agg(b.during * tstzrange(p_from, NULL)), '{}')
+              FROM compute.atoms AS x
+              JOIN compute.bookings AS b ON b.atom_id = x.atom_id
+             WHERE x.device_id = p_atom.device_id AND x.slices && p_atom.slices AND x.shares && p_atom.shares
+               AND b.state = 'held' AND upper(b.during) > p_from);
+END
+$$;
+COMMENT ON FUNCTION compute.atom_busy_of(compute.atoms, timestamptz) IS 'An atom''s busy windows from p_from on, computed from bookings (what compute.atom_busy holds).';
+
+CREATE FUNCTION compute.atom_busy_refresh(p_atoms uuid[])
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the atom_busy rows, in atom_id order (after whatever the caller holds: devices, reservation).
+DECLARE
+    v_now timestamptz := compute.compute_now();
+BEGIN
+    -- Lock the rows first, then recompute in a second statement: its snapshot (READ COMMITTED) is
+    -- taken once the locks are held, so it sees every booking change committed by a transaction
+    -- that refreshed these rows before us; an UPDATE alone would recompute from the older snapshot.
+    PERFORM 1 FROM compute.atom_busy AS s WHERE s.atom_id = ANY (p_atoms) ORDER BY s.atom_id FOR UPDATE;
+    UPDATE compute.atom_busy AS s SET busy = compute.atom_busy_of(a, v_now)
+      FROM compute.atoms AS a
+     WHERE a.atom_id = s.atom_id AND s.atom_id = ANY (p_atoms);
+END
+$$;
+COMMENT ON FUNCTION compute.atom_busy_refresh(uuid[]) IS 'Recompute the busy windows of these atoms (locked in atom_id order).';
+
+CREATE FUNCTION compute.atom_busy_bookings_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_atoms uuid[];
+BEGIN
+    -- The atoms a changed held booking covers (before or after the change). Three statements: a
+    -- transition table exists only for the events that have it.
+    IF TG_OP = 'INSERT' THEN
+        SELECT pg_catalog.array_agg(DISTINCT x.atom_id) INTO v_atoms
+          FROM changed_bookings AS c
+          JOIN compute.atoms AS x ON x.device_id = c.device_id AND x.slices && c.slices AND x.shares && c.shares
+         WHERE c.state = 'held';
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT pg_catalog.array_agg(DISTINCT x.atom_id) INTO v_atoms
+          FROM previous_bookings AS c
+          JOIN compute.atoms AS x ON x.device_id = c.device_id AND x.slices && c.slices AND x.shares && c.shares
+         WHERE c.state = 'held';
+    ELSE
+        SELECT pg_catalog.array_agg(DISTINCT x.atom_id) INTO v_atoms
+          FROM changed_bookings AS c JOIN previous_bookings AS p USING (booking_id)
+          CROSS JOIN LATERAL (VALUES (c.device_id, c.slices, c.shares, c.state), (p.device_id, p.slices, p.shares, p.state))
+                             AS v(device_id, slices, shares, state)
+          JOIN compute.atoms AS x ON x.device_id = v.device_id AND x.slices && v.slices AND x.shares && v.shares
+         WHERE v.state = 'held' AND (c.state, c.during, c.atom_id) IS DISTINCT FROM (p.state, p.during, p.atom_id);
+    END IF;
+    IF v_atoms IS NOT NULL THEN
+        PERFORM compute.atom_busy_refresh(v_atoms);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.atom_busy_bookings_changed() IS 'Keep compute.atom_busy: recompute the atoms whose held bookings changed.';
+CREATE TRIGGER bookings_atom_busy_insert AFTER INSERT ON compute.bookings
+    REFERENCING NEW TABLE AS changed_bookings FOR EACH STATEMENT EXECUTE FUNCTION compute.atom_busy_bookings_changed();
+CREATE TRIGGER bookings_atom_busy_update AFTER UPDATE ON compute.bookings
+    REFERENCING OLD TABLE AS previous_bookings NEW TABLE AS changed_bookings
+    FOR EACH STATEMENT EXECUTE FUNCTION compute.atom_busy_bookings_changed();
+CREATE TRIGGER bookings_atom_busy_delete AFTER DELETE ON compute.bookings
+    REFERENCING OLD TABLE AS previous_bookings FOR EACH STATEMENT EXECUTE FUNCTION compute.atom_busy_bookings_changed();
+
+CREATE FUNCTION compute.atom_busy_atoms_added()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- A new atom (a node's inventory, a layout change) starts with the busy windows its device's
+    -- held bookings give it.
+    INSERT INTO compute.atom_busy (atom_id, node_id, busy)
+    SELECT a.atom_id, a.node_id, compute.atom_busy_of(a, compute.compute_now()) FROM added_atoms AS a;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.atom_busy_atoms_added() IS 'Keep compute.atom_busy: a row for each new atom.';
+CREATE TRIGGER atoms_atom_busy AFTER INSERT ON compute.atoms
+    REFERENCING NEW TABLE AS added_atoms FOR EACH STATEMENT EXECUTE FUNCTION compute.atom_busy_atoms_added();
+
+CREATE FUNCTION compute.atom_busy_mismatches()
+RETURNS TABLE (atom_id uuid, kept tstzmultirange, computed tstzmultirange)
+LANGUAGE sql STABLE
+AS $$
+    -- Atoms whose kept busy windows differ from those computed from bookings now (both from now on);
+    -- none, always (tests/test_atom_busy.py checks it after a concurrent workload).
+    SELECT a.atom_id, s.busy * pg_catalog.tstzmultirange(tstzrange(compute.compute_now(), NULL)), c.busy
+      FROM compute.atoms AS a
+      LEFT JOIN compute.atom_busy AS s ON s.atom_id = a.atom_id
+      CROSS JOIN LATERAL (SELECT compute.atom_busy_of(a, compute.compute_now()) AS busy) AS c
+     WHERE s.atom_id IS NULL OR s.node_id <> a.node_id
+        OR s.busy * pg_catalog.tstzmultirange(tstzrange(compute.compute_now(), NULL)) <> c.busy
+$$;
+COMMENT ON FUNCTION compute.atom_busy_mismatches() IS 'Atoms whose compute.atom_busy row is missing or differs from their bookings (never any).';
+
 -- The helpers below are PL/pgSQL because a SQL function holding a subquery is not inlined and is
 -- planned again on every call; PL/pgSQL keeps its plans for the session.
 CREATE FUNCTION compute.atom_held(p_atom compute.atoms, p_during tstzrange, p_excluding uuid)
@@ -47,7 +170,7 @@ BEGIN
         SELECT 1 FROM compute.atoms AS x
           JOIN compute.bookings AS b ON b.atom_id = x.atom_id
          WHERE x.device_id = p_atom.device_id AND x.slices && p_atom.slices AND x.shares && p_atom.shares
-           AND b.state IN ('provisional', 'active') AND b.reservation_id IS DISTINCT FROM p_excluding
+           AND b.state = 'held' AND b.reservation_id IS DISTINCT FROM p_excluding
            AND upper(b.during) > lower(p_during) AND lower(b.during) < upper(p_during));
 END
 $$;
@@ -88,10 +211,11 @@ DECLARE
 BEGIN
     -- Two statements, one per order, so that each walks its own index (atoms_pack_order,
     -- atoms_spread_order) and stops after p_limit. Their filter is the same: it spells out
-    -- compute.atom_is_schedulable and compute.atom_is_free, because calls of those (not inlinable:
-    -- they hold subqueries) cost a function call per scanned atom; `valid @> window` is written as
-    -- bounds so as not to steer the planner to atoms_disjoint; OFFSET 0 keeps the bookings check a
-    -- per-atom probe of bookings_exclusive instead of a join over every booking of the window.
+    -- compute.atom_is_schedulable, because calls of it (not inlinable: it holds subqueries) cost a
+    -- function call per scanned atom; `valid @> window` is written as bounds so as not to steer the
+    -- planner to atoms_disjoint; whether the atom is free is a probe of its compute.atom_busy row by
+    -- its key (never of bookings, whose size grows with the pool's history); OFFSET 0 keeps it a
+    -- per-atom probe that the scan stops after, instead of a scan of every atom's summary.
     IF p_spread THEN
         SELECT pg_catalog.array_agg(ROW(c.atom_id, c.node_id, c.device_id, d.uuid, d.nvlink_peers, c.node_rank, c.device_index,
                                         lower(c.slices), c.slot)::compute.placement_candidate)
@@ -102,10 +226,7 @@ BEGIN
                    AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
                    AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
                    AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = a.device_id AND k.critical)
-                   AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
-                                    WHERE b.site_id = a.site_id AND b.device_id = a.device_id AND b.slices && a.slices
-                                      AND b.shares && a.shares AND b.during && p_during AND b.state IN ('provisional', 'active')
-                                   OFFSET 0)
+                   AND NOT EXISTS (SELECT 1 FROM compute.atom_busy AS s WHERE s.atom_id = a.atom_id AND s.busy && p_during OFFSET 0)
                  ORDER BY a.pool_id, a.shape, a.device_index, a.node_rank, a.slices, a.slot
                  LIMIT p_limit) AS c
           JOIN compute.devices AS d ON d.device_id = c.device_id;
@@ -119,10 +240,7 @@ BEGIN
                    AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
                    AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
                    AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = a.device_id AND k.critical)
-                   AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
-                                    WHERE b.site_id = a.site_id AND b.device_id = a.device_id AND b.slices && a.slices
-                                      AND b.shares && a.shares AND b.during && p_during AND b.state IN ('provisional', 'active')
-                                   OFFSET 0)
+                   AND NOT EXISTS (SELECT 1 FROM compute.atom_busy AS s WHERE s.atom_id = a.atom_id AND s.busy && p_during OFFSET 0)
                  ORDER BY a.pool_id, a.shape, a.node_rank, a.device_index, a.slices, a.slot
                  LIMIT p_limit) AS c
           JOIN compute.devices AS d ON d.device_id = c.device_id;
@@ -148,8 +266,7 @@ BEGIN
           FROM pg_catalog.unnest(p_candidates) AS x
     ), nodes AS (
         SELECT c.node_id, count(*) AS free, min(c.node_rank) AS rank,
-               (SELECT count(*) FROM compute.bookings AS b
-                 WHERE b.node_id = c.node_id AND b.during && p_during AND b.state IN ('provisional', 'active')) AS used
+               (SELECT count(*) FROM compute.atom_busy AS s WHERE s.node_id = c.node_id AND s.busy && p_during) AS used
           FROM c GROUP BY c.node_id
     ), ordered_nodes AS (
         SELECT n.node_id, n.free,
@@ -159,9 +276,15 @@ BEGIN
                                            n.rank) AS node_order
           FROM nodes AS n
     ), picked AS (
+        -- Within the node, GPUs that are equal for the request (as many NVLink peers) in an order
+        -- drawn for this call, so that concurrent placements on one node stop reaching for the same
+        -- first free GPU (each then skips the other's locked GPU and chooses again); within a GPU, its
+        -- lowest placement and slot first.
         SELECT c.atom_id, o.node_order, o.free,
-               row_number() OVER (ORDER BY o.node_order, c.peer_score DESC, c.device_index, c.slice0, c.slot) AS k
+               row_number() OVER (ORDER BY o.node_order, c.peer_score DESC,
+                                           pg_catalog.hashtextextended(c.device_id::text, s.seed), c.slice0, c.slot) AS k
           FROM c JOIN ordered_nodes AS o USING (node_id)
+         CROSS JOIN (SELECT (pg_catalog.random() * 9007199254740991)::bigint AS seed) AS s
     )
     SELECT CASE
         WHEN (SELECT count(*) FROM picked WHERE k <= p_count) < p_count THEN NULL

@@ -49,14 +49,14 @@ BEGIN
             SELECT coalesce(max(held), 0) INTO v_peak
               FROM (SELECT t, (SELECT count(*) FROM compute.bookings AS b
                                 WHERE b.tenant_id = p_tenant_id AND b.pool_id = p_pool_id
-                                  AND b.state IN ('provisional', 'active') AND upper(b.during) > t AND lower(b.during) <= t
+                                  AND b.state = 'held' AND upper(b.during) > t AND lower(b.during) <= t
                                   AND (v_quota.project_id IS NULL OR b.project_id = v_quota.project_id)
                                   AND b.reservation_id IS DISTINCT FROM p_excluding) AS held
                       FROM (SELECT lower(p_during) AS t
                             UNION
                             SELECT lower(b.during) FROM compute.bookings AS b
                              WHERE b.tenant_id = p_tenant_id AND b.pool_id = p_pool_id
-                               AND b.state IN ('provisional', 'active') AND upper(b.during) > lower(p_during)
+                               AND b.state = 'held' AND upper(b.during) > lower(p_during)
                                AND lower(b.during) >= lower(p_during) AND lower(b.during) < upper(p_during)) AS instants) AS counts;
             IF v_peak + p_atoms > v_quota.max_atoms THEN
                 PERFORM compute.raise_error('QUOTA_EXCEEDED',
@@ -78,7 +78,7 @@ BEGIN
                 SELECT coalesce(sum(b.gpu_fraction * compute.month_hours(b.during, v_month)), 0) INTO v_used
                   FROM compute.bookings AS b
                  WHERE b.tenant_id = p_tenant_id AND b.pool_id = p_pool_id
-                   AND b.state IN ('provisional', 'active', 'released')
+                   AND b.state IN ('held', 'released')
                    AND upper(b.during) > v_month AND lower(b.during) < (v_month AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC'
                    AND (v_quota.project_id IS NULL OR b.project_id = v_quota.project_id)
                    AND b.reservation_id IS DISTINCT FROM p_excluding;

@@ -1,6 +1,6 @@
 -- A reservation's life (docs/architecture.md §6-7):
---   reserve     -> provisional (bookings written, exclusive, expiring after provisional_seconds)
---   activate    provisional -> active
+--   reserve     -> provisional (bookings written once as held: exclusive, expiring after provisional_seconds)
+--   activate    provisional -> active (the reservation row only: its held bookings are active from then on)
 --   void        provisional -> void (bookings void)
 --   release     active: running -> released (during truncated to end now), not started -> cancelled
 --   extend      move the end (later, or earlier but not before now), checked like a new booking
@@ -89,7 +89,7 @@ BEGIN
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'atom_id', a.atom_id, 'node', n.name, 'device_uuid', d.uuid, 'kind', a.kind,
                        'profile', a.profile, 'placement', a.placement, 'slot', a.slot,
-                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', b.state,
+                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', compute.booking_state(b.state, r.state),
                        'readiness', compute.booking_readiness(b.booking_id),
                        'conditions', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                                                  'type', c.type, 'status', c.status, 'critical', c.critical, 'reason', c.reason,
@@ -97,6 +97,7 @@ BEGIN
                                         FROM compute.device_conditions AS c WHERE c.device_id = d.device_id))
                    ORDER BY n.name, d.index, a.placement, a.slot)
               FROM compute.bookings AS b
+              JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
               JOIN compute.atoms AS a ON a.atom_id = b.atom_id
               JOIN compute.devices AS d ON d.device_id = b.device_id
               JOIN compute.nodes AS n ON n.node_id = b.node_id
@@ -118,7 +119,7 @@ $$;
 COMMENT ON FUNCTION compute.reservation_document(uuid) IS 'A reservation and its bookings as the API answers (docs/architecture.md §17).';
 
 CREATE FUNCTION compute.reservation_replay(p_tenant_id uuid, p_key text, p_hash text)
-RETURNS jsonb
+RETURNS uuid
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
@@ -138,16 +139,17 @@ BEGIN
             pg_catalog.format('idempotency key %L was used for a different request', p_key),
             pg_catalog.format('Use a new key for a new request; the key belongs to reservation %s.', v_existing.reservation_id));
     END IF;
-    RETURN compute.reservation_document(v_existing.reservation_id);
+    RETURN v_existing.reservation_id;
 END
 $$;
 COMMENT ON FUNCTION compute.reservation_replay(uuid, text, text) IS 'The reservation a tenant''s idempotency key names (NULL: none); IDEMPOTENCY_MISMATCH for another request.';
 
-CREATE FUNCTION compute.reserve(p_request jsonb)
-RETURNS jsonb
+CREATE FUNCTION compute.reserve_hold(p_request jsonb)
+RETURNS uuid
 LANGUAGE plpgsql
 AS $$
--- Lock order: the idempotency key (unique index), quota rows, devices (SKIP LOCKED, in compute.place).
+-- Lock order: the idempotency key (unique index), quota rows, devices (SKIP LOCKED, in compute.place),
+-- the booked atoms' atom_busy rows (the bookings trigger).
 DECLARE
     v_now        timestamptz := compute.compute_now();
     v_tenant_id  uuid;
@@ -165,7 +167,7 @@ DECLARE
     v_hash       text;
     v_during     tstzrange;
     v_id         uuid := pg_catalog.gen_random_uuid();
-    v_replay     jsonb;
+    v_replay     uuid;
     v_atoms      uuid[];
     v_fraction   numeric;
     v_kind       text;
@@ -264,18 +266,37 @@ BEGIN
          ORDER BY q.quota_id FOR UPDATE;
         v_atoms := CASE WHEN v_kind = 'bare_metal' THEN compute.place_machines(v_pool.pool_id, v_count, v_during)
                         ELSE compute.place(v_pool.pool_id, v_shape, v_count, v_during, v_same_node) END;
-        INSERT INTO compute.bookings (reservation_id, tenant_id, project_id, site_id, pool_id, node_id, device_id, atom_id,
-                                      slices, shares, gpu_fraction, during, state)
-        SELECT v_id, v_tenant_id, v_project_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
-               a.slices, a.shares, a.gpu_fraction, v_during, 'provisional'
-          FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
+        -- Written once, held: activation changes the reservation row only.
+        WITH booked AS (
+            INSERT INTO compute.bookings (reservation_id, tenant_id, project_id, site_id, pool_id, node_id, device_id, atom_id,
+                                          slices, shares, gpu_fraction, during, state)
+            SELECT v_id, v_tenant_id, v_project_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
+                   a.slices, a.shares, a.gpu_fraction, v_during, 'held'
+              FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms)
+            RETURNING gpu_fraction)
+        SELECT sum(b.gpu_fraction) INTO v_fraction FROM booked AS b;
     EXCEPTION WHEN exclusion_violation OR deadlock_detected THEN
         PERFORM compute.raise_error('CAPACITY_CONFLICT',
             pg_catalog.format('%s x %s in pool %s were taken by a concurrent reservation', v_count, v_shape, v_pool.name),
             'Try again: placement looks for other free atoms; compute.capacity_earliest finds free windows.');
     END;
-    SELECT sum(a.gpu_fraction) INTO v_fraction FROM compute.atoms AS a WHERE a.atom_id = ANY (v_atoms);
     PERFORM compute.quota_check(v_tenant_id, v_project_id, v_pool.pool_id, v_during, pg_catalog.cardinality(v_atoms), v_fraction, v_id);
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION compute.reserve_hold(jsonb) IS
+    'Place and book a reservation request as provisional; its id (an idempotency key''s reservation on a replay). compute.reserve answers the document.';
+
+CREATE FUNCTION compute.reserve(p_request jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    -- The document is built once, here; api.prepare needs only the id and a few attributes
+    -- (compute.reserve_hold). Two statements: the document's (STABLE) must see the rows just written.
+    v_id := compute.reserve_hold(p_request);
     RETURN compute.reservation_document(v_id);
 END
 $$;
@@ -340,7 +361,7 @@ BEGIN
         PERFORM compute.raise_error('CAPACITY_CONFLICT', pg_catalog.format('reservation %s expired at %s', p_reservation_id, v_reservation.expires_at),
             'Its atoms were held only briefly; reserve again.');
     END IF;
-    UPDATE compute.bookings SET state = 'active' WHERE reservation_id = p_reservation_id;
+    -- The bookings stay as written (held): that they are active now is the reservation's state.
     UPDATE compute.reservations SET state = 'active', expires_at = NULL, activated_at = compute.compute_now()
      WHERE reservation_id = p_reservation_id;
     RETURN compute.reservation_document(p_reservation_id);

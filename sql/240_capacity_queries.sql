@@ -19,7 +19,7 @@ BEGIN
     WITH busy AS MATERIALIZED (
         SELECT b.device_id, b.slices, b.shares
           FROM compute.bookings AS b
-         WHERE b.pool_id = p_pool_id AND b.state IN ('provisional', 'active') AND b.during && tstzrange(p_start, p_end)
+         WHERE b.pool_id = p_pool_id AND b.state = 'held' AND b.during && tstzrange(p_start, p_end)
     ), free AS (
         SELECT a.node_id, a.atom_id, a.device_index, a.slices, a.slot
           FROM compute.atoms AS a
@@ -61,7 +61,7 @@ AS $$
         SELECT a.atom_id, lower(b.during) AS busy_from, upper(b.during) AS busy_to
           FROM atoms AS a
           JOIN compute.bookings AS b ON b.device_id = a.device_id AND b.slices && a.slices AND b.shares && a.shares
-         WHERE b.pool_id = p_pool_id AND b.state IN ('provisional', 'active') AND b.during && tstzrange(p_from, p_horizon + p_duration)
+         WHERE b.pool_id = p_pool_id AND b.state = 'held' AND b.during && tstzrange(p_from, p_horizon + p_duration)
     ), edges AS (
         SELECT b.atom_id, b.busy_from,
                max(b.busy_to) OVER (PARTITION BY b.atom_id ORDER BY b.busy_from ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prior_end

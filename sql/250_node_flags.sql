@@ -50,7 +50,7 @@ AS $$
         UPDATE compute.node_flags AS f SET completed_at = compute.compute_now()
          WHERE f.flag = 'draining' AND f.completed_at IS NULL
            AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
-                            WHERE b.node_id = f.node_id AND b.state IN ('provisional', 'active')
+                            WHERE b.node_id = f.node_id AND b.state = 'held'
                               AND b.during @> compute.compute_now())
         RETURNING 1)
     SELECT count(*)::integer FROM done

@@ -11,7 +11,7 @@ CREATE VIEW ops.nodes AS
            (SELECT pg_catalog.array_agg(f.flag ORDER BY f.flag) FROM compute.node_flags AS f WHERE f.node_id = n.node_id) AS flags,
            CASE WHEN NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = n.node_id AND f.flag = 'draining') THEN NULL
                 WHEN EXISTS (SELECT 1 FROM compute.bookings AS b
-                              WHERE b.node_id = n.node_id AND b.state IN ('provisional', 'active')
+                              WHERE b.node_id = n.node_id AND b.state = 'held'
                                 AND b.during @> ops.now()) THEN 'draining'
                 ELSE 'drained' END AS drain,
            (SELECT pg_catalog.jsonb_object_agg(f.flag, pg_catalog.jsonb_build_object('by', f.set_by, 'reason', f.reason, 'at', f.set_at,
@@ -58,9 +58,9 @@ CREATE VIEW ops.pool_capacity AS
            count(*) AS total,
            count(*) FILTER (WHERE d.present AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)) AS bookable,
            count(*) FILTER (WHERE EXISTS (SELECT 1 FROM compute.bookings AS b
-                                          WHERE b.atom_id = a.atom_id AND b.state IN ('provisional', 'active') AND b.during @> now_.t)) AS held_now,
+                                          WHERE b.atom_id = a.atom_id AND b.state = 'held' AND b.during @> now_.t)) AS held_now,
            count(*) FILTER (WHERE EXISTS (SELECT 1 FROM compute.bookings AS b
-                                          WHERE b.atom_id = a.atom_id AND b.state IN ('provisional', 'active') AND lower(b.during) > now_.t)) AS held_future,
+                                          WHERE b.atom_id = a.atom_id AND b.state = 'held' AND lower(b.during) > now_.t)) AS held_future,
            count(*) FILTER (WHERE EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)) AS cordoned
       FROM now_, compute.atoms AS a
       JOIN compute.pools AS p ON p.pool_id = a.pool_id
@@ -90,10 +90,10 @@ CREATE VIEW ops.atom_holders AS
       JOIN compute.pools AS p ON p.pool_id = a.pool_id
       LEFT JOIN LATERAL (SELECT b.reservation_id, b.tenant_id, b.during FROM compute.bookings AS b
                           WHERE b.device_id = a.device_id AND b.slices && a.slices AND b.shares && a.shares
-                            AND b.state IN ('provisional', 'active') AND b.during @> now_.t
+                            AND b.state = 'held' AND b.during @> now_.t
                           LIMIT 1) AS cur ON true
       LEFT JOIN LATERAL (SELECT b.reservation_id, b.tenant_id, b.during FROM compute.bookings AS b
-                          WHERE b.atom_id = a.atom_id AND b.state IN ('provisional', 'active') AND lower(b.during) > now_.t
+                          WHERE b.atom_id = a.atom_id AND b.state = 'held' AND lower(b.during) > now_.t
                           ORDER BY lower(b.during) LIMIT 1) AS nxt ON true
      WHERE a.valid @> now_.t;
 COMMENT ON VIEW ops.atom_holders IS 'Who holds each atom (or an overlapping part of its GPU) now, until when, and who holds it next.';
@@ -120,7 +120,7 @@ CREATE VIEW ops.devices AS
            (SELECT count(*) FROM compute.atoms AS a WHERE a.device_id = d.device_id AND a.valid @> now_.t) AS atoms,
            (SELECT count(*) FROM compute.atoms AS a
              WHERE a.device_id = d.device_id AND a.valid @> now_.t
-               AND EXISTS (SELECT 1 FROM compute.bookings AS b WHERE b.atom_id = a.atom_id AND b.state IN ('provisional', 'active')
+               AND EXISTS (SELECT 1 FROM compute.bookings AS b WHERE b.atom_id = a.atom_id AND b.state = 'held'
                                                                 AND b.during @> now_.t)) AS atoms_held_now,
            (SELECT pg_catalog.array_agg(c.type ORDER BY c.type) FROM compute.device_conditions AS c
              WHERE c.device_id = d.device_id AND c.critical) AS critical_conditions,

@@ -87,7 +87,9 @@ $$;
 COMMENT ON FUNCTION compute.outbox_read(xid8, bigint, uuid, integer) IS
     'Events after the cursor (xid, event_id) of transactions that have all finished, in order; a tenant''s only when given.';
 
--- Triggers: reservations and bookings, nodes and node flags (the events of the tenant whose site holds the node).
+-- Triggers: reservations, nodes and node flags (the events of the tenant whose site holds the node).
+-- A reservation's events are one per transition (created, activated, extended, renewed, released,
+-- cancelled, void, expired), never one per booking: its bookings follow it (docs/worker.md, events).
 CREATE FUNCTION compute.outbox_reservation_changed()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -106,21 +108,6 @@ END
 $$;
 CREATE TRIGGER reservations_outbox AFTER INSERT OR UPDATE OF state, during, hold_until ON compute.reservations
     FOR EACH ROW EXECUTE FUNCTION compute.outbox_reservation_changed();
-
-CREATE FUNCTION compute.outbox_booking_changed()
-RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    PERFORM compute.outbox_emit(NEW.tenant_id, 'reservation', NEW.reservation_id::text,
-        'booking.' || CASE WHEN TG_OP = 'INSERT' THEN 'created' WHEN NEW.state IS DISTINCT FROM OLD.state THEN NEW.state ELSE 'moved' END,
-        pg_catalog.jsonb_build_object('reservation_id', NEW.reservation_id, 'atom_id', NEW.atom_id, 'node_id', NEW.node_id,
-                                      'device_id', NEW.device_id, 'state', NEW.state, 'start', lower(NEW.during), 'end', upper(NEW.during)));
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER bookings_outbox AFTER INSERT OR UPDATE OF state, during ON compute.bookings
-    FOR EACH ROW EXECUTE FUNCTION compute.outbox_booking_changed();
 
 CREATE FUNCTION compute.outbox_node_changed()
 RETURNS trigger

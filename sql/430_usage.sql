@@ -80,7 +80,9 @@ BEGIN
                pg_catalog.format('usage:%s:%s', v_reservation.reservation_id, pg_catalog.to_char(h AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:00:00"Z"')),
                v_now
           FROM pg_catalog.generate_series(v_from, v_until - interval '1 hour', interval '1 hour') AS h
-          JOIN compute.bookings AS b ON b.reservation_id = v_reservation.reservation_id AND b.state IN ('active', 'released')
+          -- held or released bookings of an active, released or expired reservation (the loop's): a
+          -- provisional reservation's holds are never billed.
+          JOIN compute.bookings AS b ON b.reservation_id = v_reservation.reservation_id AND b.state IN ('held', 'released')
          CROSS JOIN LATERAL (SELECT b.during * tstzrange(h, h + interval '1 hour') AS o) AS overlap
          WHERE NOT isempty(o)
          GROUP BY h

@@ -11,13 +11,17 @@ RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_document jsonb;
+    v_id uuid;
 BEGIN
-    -- The admission keeps the idempotency key; compute.reserve gets the request without it.
-    v_document := compute.reserve(p_input - 'idempotency_key' || pg_catalog.jsonb_build_object('tenant_id', p_tenant_id));
-    RETURN pg_catalog.jsonb_build_object('id', v_document ->> 'reservation_id',
-        'attributes', pg_catalog.jsonb_build_object('start', v_document -> 'start', 'end', v_document -> 'end',
-            'nodes', (SELECT pg_catalog.jsonb_agg(DISTINCT b ->> 'node') FROM pg_catalog.jsonb_array_elements(v_document -> 'bookings') AS b)));
+    -- The admission keeps the idempotency key; compute.reserve_hold gets the request without it. No
+    -- document is built here: the IAM request needs the window and the nodes only (the answer is
+    -- activation's document).
+    v_id := compute.reserve_hold(p_input - 'idempotency_key' || pg_catalog.jsonb_build_object('tenant_id', p_tenant_id));
+    RETURN (SELECT pg_catalog.jsonb_build_object('id', r.reservation_id::text,
+                       'attributes', pg_catalog.jsonb_build_object('start', lower(r.during), 'end', upper(r.during),
+                           'nodes', (SELECT pg_catalog.jsonb_agg(DISTINCT n.name) FROM compute.bookings AS b
+                                       JOIN compute.nodes AS n ON n.node_id = b.node_id WHERE b.reservation_id = r.reservation_id)))
+              FROM compute.reservations AS r WHERE r.reservation_id = v_id);
 END
 $$;
 COMMENT ON FUNCTION compute.api_reservations_prepare(uuid, jsonb) IS 'reservations.create, before the decision: place and book provisionally.';

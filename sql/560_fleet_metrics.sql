@@ -30,7 +30,7 @@ AS $$
                CASE WHEN NOT d.present THEN 'absent'
                     WHEN EXISTS (SELECT 1 FROM compute.bookings AS b
                                   WHERE b.device_id = d.device_id AND b.site_id = d.site_id
-                                    AND b.state IN ('provisional', 'active') AND b.during @> now_.t) THEN 'held'
+                                    AND b.state = 'held' AND b.during @> now_.t) THEN 'held'
                     WHEN EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = n.node_id) THEN 'flagged'
                     WHEN EXISTS (SELECT 1 FROM compute.device_conditions AS c
                                   WHERE c.device_id = d.device_id AND c.critical) THEN 'unhealthy'

@@ -49,13 +49,12 @@ BEGIN
               FROM (SELECT d.uuid, d.index, a.kind, a.profile, a.placement, a.slot, b.reservation_id, upper(b.during) AS until, b.booking_id,
                            CASE WHEN a.kind = 'mig' THEN compute.inventory_mig_uuid(n.inventory, d.uuid, a.profile, a.placement) END
                                AS mig_uuid
-                      FROM compute.bookings AS b
+                      FROM compute.active_bookings AS b
                       JOIN compute.atoms AS a ON a.atom_id = b.atom_id
                       JOIN compute.devices AS d ON d.device_id = b.device_id
                       JOIN compute.nodes AS n ON n.node_id = b.node_id
-                      JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
-                     WHERE b.node_id = p_node_id AND b.state = 'active' AND b.during @> v_now
-                       AND r.instance_kind <> 'vps'
+                     WHERE b.node_id = p_node_id AND b.during @> v_now
+                       AND b.instance_kind <> 'vps'
                     OFFSET 0) AS x),  -- OFFSET 0: the subquery stays one, so mig_uuid is computed once per row
         'gpus', (SELECT coalesce(pg_catalog.jsonb_agg(
                     pg_catalog.jsonb_build_object('uuid', d.uuid, 'index', d.index, 'layout', l.layout, 'since', l.since,
@@ -71,8 +70,8 @@ BEGIN
               FROM compute.devices AS d
               CROSS JOIN LATERAL compute.device_layout_at(d.device_id, v_now) AS l
              WHERE d.node_id = p_node_id AND d.present
-               AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
-                                WHERE b.device_id = d.device_id AND b.state = 'active' AND b.during @> v_now AND r.instance_kind = 'vps')),
+               AND NOT EXISTS (SELECT 1 FROM compute.active_bookings AS b
+                                WHERE b.device_id = d.device_id AND b.during @> v_now AND b.instance_kind = 'vps')),
         'withdrawal', pg_catalog.jsonb_build_object('grace_seconds', compute.limit('withdrawal_grace_seconds')))
         -- The VMs it must run (sql/700_instances.sql), only when there are any; their GPUs are passed
         -- through, never in "devices" (hence never in the CDI file, nor granted) nor in "gpus" (no
@@ -151,26 +150,42 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     -- Only bookings active now change what a node exposes now (future ones: the tick, when they
-    -- start). One refresh per node, in node order (the same lock order in every transaction).
-    -- (Two statements: a transition table exists only for the event that has it.)
-    IF TG_OP = 'INSERT' THEN
-        PERFORM compute.node_spec_refresh(x.node_id)
-           FROM (SELECT DISTINCT c.node_id FROM changed_bookings AS c
-                  WHERE c.state = 'active' AND c.during @> compute.compute_now() ORDER BY c.node_id) AS x;
-    ELSE
-        PERFORM compute.node_spec_refresh(x.node_id)
-           FROM (SELECT DISTINCT c.node_id FROM changed_bookings AS c JOIN previous_bookings AS p USING (booking_id)
-                  WHERE (c.state = 'active' AND c.during @> compute.compute_now()
-                         OR p.state = 'active' AND p.during @> compute.compute_now())
-                    AND (c.state, c.during) IS DISTINCT FROM (p.state, p.during)
-                  ORDER BY c.node_id) AS x;
-    END IF;
+    -- start). A booking is written held for a provisional reservation, so an insert never changes
+    -- a spec (activation does: compute.node_spec_reservation_changed); an update does where the
+    -- booking held now for an active reservation (in the statement's view: release and extend
+    -- change bookings before their reservation). One refresh per node, in node order (the same
+    -- lock order in every transaction).
+    PERFORM compute.node_spec_refresh(x.node_id)
+       FROM (SELECT DISTINCT c.node_id FROM changed_bookings AS c JOIN previous_bookings AS p USING (booking_id)
+               JOIN compute.reservations AS r ON r.reservation_id = c.reservation_id
+              WHERE r.state = 'active'
+                AND (c.state = 'held' AND c.during @> compute.compute_now() OR p.state = 'held' AND p.during @> compute.compute_now())
+                AND (c.state, c.during) IS DISTINCT FROM (p.state, p.during)
+              ORDER BY c.node_id) AS x;
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION compute.node_spec_bookings_changed() IS 'Refresh the specs of nodes whose bookings active now changed.';
-CREATE TRIGGER bookings_node_spec_insert AFTER INSERT ON compute.bookings
-    REFERENCING NEW TABLE AS changed_bookings FOR EACH STATEMENT EXECUTE FUNCTION compute.node_spec_bookings_changed();
+
+CREATE FUNCTION compute.node_spec_reservation_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- A reservation became active: the nodes its bookings hold now (one refresh per node, in node
+    -- order). Leaving active is seen by compute.node_spec_bookings_changed: compute.reservation_end
+    -- updates the bookings first, while the reservation is still active.
+    PERFORM compute.node_spec_refresh(x.node_id)
+       FROM (SELECT DISTINCT b.node_id FROM compute.bookings AS b
+              WHERE b.reservation_id = NEW.reservation_id AND b.during @> compute.compute_now()
+              ORDER BY b.node_id) AS x;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.node_spec_reservation_changed() IS 'Refresh the specs of the nodes a reservation holds now when it becomes active.';
+CREATE TRIGGER reservations_node_spec AFTER UPDATE OF state ON compute.reservations
+    FOR EACH ROW WHEN (NEW.state = 'active' AND OLD.state <> 'active')
+    EXECUTE FUNCTION compute.node_spec_reservation_changed();
 CREATE TRIGGER bookings_node_spec_update AFTER UPDATE ON compute.bookings
     REFERENCING OLD TABLE AS previous_bookings NEW TABLE AS changed_bookings
     FOR EACH STATEMENT EXECUTE FUNCTION compute.node_spec_bookings_changed();
@@ -207,9 +222,8 @@ BEGIN
     -- And GPUs whose scheduled layout change took effect (atoms that started or ended).
     FOR v_node_id IN
         SELECT x.node_id FROM (
-            SELECT b.node_id FROM compute.bookings AS b
-             WHERE b.state = 'active'
-               AND (lower(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]')
+            SELECT b.node_id FROM compute.active_bookings AS b
+             WHERE (lower(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]')
                  OR upper(b.during) <@ tstzrange(v_now - compute.limit('node_spec_tick_window_seconds') * interval '1 second', v_now, '(]'))
             UNION
             SELECT a.node_id FROM compute.atoms AS a

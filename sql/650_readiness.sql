@@ -111,10 +111,11 @@ DECLARE
     v_kind      text;
 BEGIN
     SELECT * INTO v_booking FROM compute.bookings AS b WHERE b.booking_id = p_booking_id;
-    SELECT r.state, r.instance_kind INTO v_state, v_kind FROM compute.reservations AS r WHERE r.reservation_id = v_booking.reservation_id;
+    SELECT compute.booking_state(v_booking.state, r.state), r.instance_kind INTO v_state, v_kind
+      FROM compute.reservations AS r WHERE r.reservation_id = v_booking.reservation_id;
     IF v_state = 'provisional' THEN
         RETURN pg_catalog.jsonb_build_object('state', 'not_running', 'reason', 'waiting for the admission''s decision');
-    ELSIF v_state <> 'active' OR v_booking.state <> 'active' OR upper(v_booking.during) <= v_now THEN
+    ELSIF v_state <> 'active' OR upper(v_booking.during) <= v_now THEN
         RETURN pg_catalog.jsonb_build_object('state', 'not_running', 'reason', 'ended');
     ELSIF lower(v_booking.during) > v_now THEN
         RETURN pg_catalog.jsonb_build_object('state', 'not_running', 'reason',
@@ -222,14 +223,14 @@ COMMENT ON FUNCTION ops.booking_readiness(bigint) IS 'A booking''s readiness (wh
 CREATE VIEW ops.readiness AS
     SELECT b.booking_id, b.reservation_id, b.tenant_id, n.name AS node, b.node_id, d.uuid AS device_uuid, a.kind, a.profile, a.placement,
            a.slot, x.r ->> 'state' AS state, x.r ->> 'reason' AS reason, g.granted_generation, s.observed_generation
-      FROM compute.bookings AS b
+      FROM compute.active_bookings AS b
       JOIN compute.atoms AS a ON a.atom_id = b.atom_id
       JOIN compute.devices AS d ON d.device_id = b.device_id
       JOIN compute.nodes AS n ON n.node_id = b.node_id
       LEFT JOIN compute.node_grants AS g ON g.booking_id = b.booking_id
       LEFT JOIN compute.node_specs AS s ON s.node_id = b.node_id
       CROSS JOIN LATERAL (SELECT ops.booking_readiness(b.booking_id) AS r) AS x
-     WHERE b.state = 'active' AND b.during @> ops.now();
+     WHERE b.during @> ops.now();
 COMMENT ON VIEW ops.readiness IS 'Every booking holding now: ready, waiting_for_node or failed, and why.';
 COMMENT ON COLUMN ops.readiness.booking_id IS 'The booking (one atom of a reservation).';
 COMMENT ON COLUMN ops.readiness.reservation_id IS 'Its reservation.';

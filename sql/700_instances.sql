@@ -94,7 +94,7 @@ AS $$
     SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('device_uuid', d.uuid, 'pci_bus_id', d.pci_bus_id)
                                          ORDER BY d.pci_bus_id), '[]')
       FROM compute.bookings AS b JOIN compute.devices AS d ON d.device_id = b.device_id
-     WHERE b.reservation_id = p_reservation_id AND b.state IN ('provisional', 'active');
+     WHERE b.reservation_id = p_reservation_id AND b.state = 'held';
 $$;
 COMMENT ON FUNCTION compute.instance_gpus(uuid) IS 'The GPUs (uuid, PCI bus id from the inventory) an instance''s live bookings hold.';
 
@@ -111,8 +111,8 @@ AS $$
                ORDER BY i.instance_id), '[]')
       FROM compute.instances AS i
      WHERE i.node_id = p_node_id AND i.state IN ('provisioning', 'running', 'stopped')
-       AND EXISTS (SELECT 1 FROM compute.bookings AS b
-                    WHERE b.reservation_id = i.reservation_id AND b.state = 'active' AND b.during @> compute.compute_now());
+       AND EXISTS (SELECT 1 FROM compute.active_bookings AS b
+                    WHERE b.reservation_id = i.reservation_id AND b.during @> compute.compute_now());
 $$;
 COMMENT ON FUNCTION compute.node_spec_instances(uuid) IS 'The instances a node must run now (spec key "instances").';
 
@@ -132,8 +132,8 @@ BEGIN
     -- The booking ended: deleting, from the first spec generation without the instance.
     UPDATE compute.instances AS i SET state = 'deleting', removed_generation = v_spec.generation
      WHERE i.node_id = p_node_id AND i.state IN ('provisioning', 'running', 'stopped', 'failed')
-       AND NOT EXISTS (SELECT 1 FROM compute.bookings AS b
-                        WHERE b.reservation_id = i.reservation_id AND b.state = 'active' AND b.during @> compute.compute_now());
+       AND NOT EXISTS (SELECT 1 FROM compute.active_bookings AS b
+                        WHERE b.reservation_id = i.reservation_id AND b.during @> compute.compute_now());
     -- The node applied a spec without it: its domain and disk are gone.
     UPDATE compute.instances AS i SET state = 'deleted'
      WHERE i.node_id = p_node_id AND i.state = 'deleting' AND i.removed_generation <= v_spec.observed_generation;
@@ -441,7 +441,7 @@ CREATE VIEW ops.instances AS
            i.image, i.vcpus, i.memory_mib, i.disk_gib,
            (SELECT pg_catalog.array_agg(d.pci_bus_id ORDER BY d.pci_bus_id)
               FROM compute.bookings AS b JOIN compute.devices AS d ON d.device_id = b.device_id
-             WHERE b.reservation_id = i.reservation_id AND b.state IN ('provisional', 'active')) AS gpus_pci,
+             WHERE b.reservation_id = i.reservation_id AND b.state = 'held') AS gpus_pci,
            i.reservation_id, upper(r.during) AS booked_until, i.generation, i.observed_generation,
            i.observed_generation IS NOT DISTINCT FROM i.generation AS converged, i.conditions, i.failure, i.created_at, i.changed_at
       FROM compute.instances AS i

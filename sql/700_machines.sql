@@ -397,7 +397,7 @@ BEGIN
              WHERE r.instance_kind = 'bare_metal' AND r.state IN ('active', 'released', 'expired')
                AND upper(r.during) <= compute.compute_now() AND upper(r.during) > p_machine.state_since
                AND EXISTS (SELECT 1 FROM compute.bookings AS b
-                            WHERE b.reservation_id = r.reservation_id AND b.node_id = p_machine.node_id AND b.state IN ('active', 'released'))
+                            WHERE b.reservation_id = r.reservation_id AND b.node_id = p_machine.node_id AND b.state IN ('held', 'released'))
              ORDER BY upper(r.during) LIMIT 1);
 END
 $$;
@@ -879,7 +879,7 @@ DECLARE
 BEGIN
     IF p_event = 'release' THEN  -- a tenant's machine is cleaned when its reservation ends, not under it
         SELECT r.* INTO v_holder FROM compute.bookings AS b JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
-         WHERE b.node_id = v_machine.node_id AND r.instance_kind = 'bare_metal' AND b.state IN ('provisional', 'active')
+         WHERE b.node_id = v_machine.node_id AND r.instance_kind = 'bare_metal' AND b.state = 'held'
            AND b.during @> compute.compute_now()
          LIMIT 1;
         IF FOUND THEN

@@ -17,7 +17,7 @@ OVERLAPPING_LIVE_BOOKINGS = """
       JOIN compute.bookings AS b
         ON b.device_id = a.device_id AND b.booking_id > a.booking_id
        AND b.slices && a.slices AND b.shares && a.shares AND b.during && a.during
-     WHERE a.state IN ('provisional', 'active') AND b.state IN ('provisional', 'active')"""
+     WHERE a.state = 'held' AND b.state = 'held'"""
 
 INDEX_SCANS = ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan")
 

@@ -281,7 +281,8 @@ def test_a_relay_killed_between_prepare_and_admit_leaves_nothing_held(db_dsn: st
         request = threading.Thread(target=post_to_a_dying_relay, daemon=True, args=(relay, document))
         request.start()
         wait_until(lambda: iam.calls > asked, 10, "the relay to ask IAM")  # prepared: the provisional rows exist, IAM is deciding
-        held = db.execute("SELECT count(*) FROM compute.bookings WHERE state = 'provisional'").fetchone()[0]
+        held = db.execute("SELECT count(*) FROM compute.bookings JOIN compute.reservations USING (reservation_id) "
+                          "WHERE reservations.state = 'provisional'").fetchone()[0]
         db.commit()
         assert held == 3
         relay.process.send_signal(signal.SIGKILL)
@@ -290,7 +291,7 @@ def test_a_relay_killed_between_prepare_and_admit_leaves_nothing_held(db_dsn: st
     db.execute("SELECT compute.admissions_expire()")  # what the worker's admissions.expire sweep runs
     db.commit()
     live = db.execute("""SELECT count(*) FROM compute.bookings b JOIN compute.reservations r USING (reservation_id)
-                          WHERE r.reservation_id <> %s AND r.instance_kind <> 'vps' AND b.state IN ('provisional', 'active')""",
+                          WHERE r.reservation_id <> %s AND r.instance_kind <> 'vps' AND b.state = 'held'""",
                       (ids["reservation_id"],)).fetchone()[0]
     assert live == 0
     assert db.execute("SELECT state FROM compute.admissions WHERE method = 'reservations.create' ORDER BY created_at DESC LIMIT 1"

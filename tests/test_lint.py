@@ -373,3 +373,40 @@ def test_named_constraints_and_not_null_pass() -> None:
     statement = ("CREATE TABLE compute.t (x integer NOT NULL CONSTRAINT t_pkey PRIMARY KEY DEFAULT 1, "
                  "CONSTRAINT t_x_positive CHECK (x > 0));")
     assert lint_text(statement, "sql/x.sql", schema_rules=True, naming_rules=True) == []
+
+
+# booking-state: a booking is written once as held; provisional or active is its reservation's state
+
+
+def declarative_findings(sql: str) -> list[Finding]:
+    return lint_text(sql, "sql/x.sql", schema_rules=True, naming_rules=True)
+
+
+@pytest.mark.parametrize("statement", [
+    "CREATE VIEW ops.v AS SELECT b.node_id FROM compute.bookings AS b WHERE b.state = 'active'",
+    "CREATE VIEW ops.v AS SELECT 1 FROM compute.bookings AS b JOIN compute.reservations AS r USING (reservation_id) "
+    "WHERE b.state IN ('provisional', 'active')",
+    "CREATE FUNCTION compute.f() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM compute.bookings WHERE state = 'active' $$",
+    "CREATE FUNCTION compute.f() RETURNS void LANGUAGE plpgsql AS $$\nBEGIN\n"
+    "  PERFORM 1 FROM compute.nodes AS n WHERE EXISTS (SELECT 1 FROM compute.bookings AS x WHERE x.node_id = n.node_id\n"
+    "    AND x.state <> 'provisional');\nEND\n$$",
+    "CREATE FUNCTION compute.f() RETURNS void LANGUAGE plpgsql AS $$\nBEGIN\n"
+    "  UPDATE compute.bookings SET state = 'active' WHERE reservation_id = NULL;\nEND\n$$",
+])
+def test_a_booking_state_compared_with_a_reservation_state_is_reported(statement: str) -> None:
+    assert rules(declarative_findings(statement + ";")) == ["booking-state"]
+
+
+@pytest.mark.parametrize("statement", [
+    "CREATE VIEW ops.v AS SELECT b.node_id FROM compute.active_bookings AS b",
+    "CREATE VIEW ops.v AS SELECT 1 FROM compute.bookings AS b JOIN compute.reservations AS r USING (reservation_id) "
+    "WHERE b.state = 'held' AND r.state = 'active'",
+    "CREATE FUNCTION compute.f() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM compute.reservations WHERE state = 'active' $$",
+])
+def test_booking_state_held_and_reservation_states_pass(statement: str) -> None:
+    assert declarative_findings(statement + ";") == []
+
+
+def test_released_migrations_are_not_held_to_the_booking_state_rule() -> None:
+    statement = "CREATE VIEW ops.v AS SELECT b.node_id FROM compute.bookings AS b WHERE b.state = 'active';"
+    assert lint_text(statement, "migrations/deploy/x.sql", schema_rules=True) == []

@@ -109,7 +109,7 @@ def test_a_scheduled_layout_converges_on_one_gpu_while_the_other_keeps_serving_t
 
         def mig_device_exposed() -> bool:
             assert serving in cdi_devices(node), "the serving GPU left the CDI file during the change"
-            assert sql.execute("SELECT count(*) FROM compute.bookings WHERE reservation_id = %s AND state = 'active'",
+            assert sql.execute("SELECT count(*) FROM compute.active_bookings WHERE reservation_id = %s",
                                (held["reservation_id"],)).fetchone()[0] == 1
             state = gpus.mig_state(changing)
             return state.mode == "enabled" and sorted(i.key for i in state.instances) == [("3g.71gb", 0), ("3g.71gb", 4)] \

@@ -34,14 +34,17 @@ FACTS = {
     "reservations by state": """
         SELECT coalesce(pg_catalog.jsonb_object_agg(state, n), '{}')
           FROM (SELECT state, count(*) AS n FROM compute.reservations GROUP BY state) AS s""",
+    # A live booking's state is its reservation's (written 'held' since bookings_held, as provisional
+    # or active before).
     "bookings by state": """
         SELECT coalesce(pg_catalog.jsonb_object_agg(state, n), '{}')
-          FROM (SELECT state, count(*) AS n FROM compute.bookings GROUP BY state) AS s""",
+          FROM (SELECT CASE WHEN b.state IN ('held', 'provisional', 'active') THEN r.state ELSE b.state END AS state, count(*) AS n
+                  FROM compute.bookings AS b JOIN compute.reservations AS r USING (reservation_id) GROUP BY 1) AS s""",
     "overlapping live bookings": """
         SELECT count(*) FROM compute.bookings AS a JOIN compute.bookings AS b
             ON a.booking_id < b.booking_id AND a.device_id = b.device_id AND a.slices && b.slices
            AND a.shares && b.shares AND a.during && b.during
-         WHERE a.state IN ('provisional', 'active') AND b.state IN ('provisional', 'active')""",
+         WHERE a.state IN ('held', 'provisional', 'active') AND b.state IN ('held', 'provisional', 'active')""",
     "bookings of another tenant's or no reservation": """
         SELECT count(*) FROM compute.bookings AS b
           LEFT JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id AND r.tenant_id = b.tenant_id

@@ -113,7 +113,7 @@ def test_concurrent_placement_on_a_free_pool_never_conflicts(db: psycopg.Connect
     db.commit()
     outcomes = run_sessions(db_dsn, from_now(pool_id), lambda tried: tried < per_session)
 
-    booked = db.execute("SELECT count(*) FROM compute.bookings WHERE pool_id = %s AND state = 'active'",
+    booked = db.execute("SELECT count(*) FROM compute.active_bookings WHERE pool_id = %s",
                         (pool_id,)).fetchone()[0]
     print(f"\n{outcomes.total()} reservations by {SESSIONS} sessions, {booked} of {nodes * GPUS_PER_NODE} GPUs booked: "
           f"{dict(outcomes)}")

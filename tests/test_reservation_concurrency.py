@@ -8,7 +8,8 @@ their own clock forward as they go, so releases truncate running reservations an
 provisional ones and lapsed leases; the sessions use different time zones. Every call must
 succeed or fail with a contract SQLSTATE. Plain SQL over the tables (none of our functions)
 checks exclusivity, atom validity, reservation/booking agreement and both quotas, in repeated
-snapshots while the sessions run and once more after them.
+snapshots while the sessions run and once more after them; in the same snapshots, every atom's
+free-capacity summary (compute.atom_busy) is recomputed from the bookings and must be equal.
 
 Run with -s to see the outcome counts and the runtime.
 """
@@ -228,7 +229,7 @@ INVARIANTS = {
     "live bookings outside their atom (validity, device, slices or shares)": """
         SELECT b.booking_id, b.during, a.valid
           FROM compute.bookings AS b JOIN compute.atoms AS a ON a.atom_id = b.atom_id
-         WHERE b.state IN ('provisional', 'active')
+         WHERE b.state = 'held'
            AND (NOT a.valid @> b.during OR (a.device_id, a.slices, a.shares) <> (b.device_id, b.slices, b.shares))""",
     "reservations whose bookings disagree with them (count, state or window)": """
         SELECT r.reservation_id, r.state, r.count, r.during, b.bookings, b.states, b.windows
@@ -237,15 +238,15 @@ INVARIANTS = {
                                array_agg(DISTINCT x.during) AS windows
                           FROM compute.bookings AS x WHERE x.reservation_id = r.reservation_id) AS b ON true
          WHERE b.bookings <> r.count OR b.windows <> ARRAY[r.during]
-            OR b.states <> ARRAY[CASE WHEN r.state IN ('provisional', 'active') THEN r.state
+            OR b.states <> ARRAY[CASE WHEN r.state IN ('provisional', 'active') THEN 'held'
                                       WHEN r.state IN ('released', 'expired') THEN 'released' ELSE 'void' END]""",
     "instants where a tenant holds more live atoms than max_atoms": """
         SELECT q.tenant_id, lower(s.during) AS instant, count(*) AS held, q.max_atoms
           FROM compute.quotas AS q
           JOIN compute.bookings AS s
-            ON s.tenant_id = q.tenant_id AND s.pool_id = q.pool_id AND s.state IN ('provisional', 'active')
+            ON s.tenant_id = q.tenant_id AND s.pool_id = q.pool_id AND s.state = 'held'
           JOIN compute.bookings AS b
-            ON b.tenant_id = q.tenant_id AND b.pool_id = q.pool_id AND b.state IN ('provisional', 'active')
+            ON b.tenant_id = q.tenant_id AND b.pool_id = q.pool_id AND b.state = 'held'
            AND lower(b.during) <= lower(s.during) AND lower(s.during) < upper(b.during)
          WHERE q.project_id IS NULL AND q.max_atoms IS NOT NULL
          GROUP BY q.quota_id, q.tenant_id, q.max_atoms, s.booking_id, lower(s.during)
@@ -263,7 +264,7 @@ INVARIANTS = {
           FROM compute.quotas AS q
          CROSS JOIN months AS m
           JOIN compute.bookings AS b
-            ON b.tenant_id = q.tenant_id AND b.pool_id = q.pool_id AND b.state IN ('provisional', 'active', 'released')
+            ON b.tenant_id = q.tenant_id AND b.pool_id = q.pool_id AND b.state IN ('held', 'released')
            AND lower(b.during) < m.month_end AND upper(b.during) > m.month_start
          WHERE q.project_id IS NULL AND q.gpu_hours_per_month IS NOT NULL
          GROUP BY q.quota_id, q.tenant_id, q.gpu_hours_per_month, m.month_start
@@ -273,8 +274,27 @@ INVARIANTS = {
 }
 
 
-def invariant_violations(conn: psycopg.Connection) -> dict[str, list[tuple[Any, ...]]]:
-    return {name: rows for name, rows in rows_read_without_indexes(conn, INVARIANTS).items() if rows}
+# Every atom's summary against its bookings recomputed here, both from %(now)s on: the latest clock of
+# any session, so at or after the instant each writer trimmed the past from the summary at.
+BUSY_SUMMARY_DIFFERS = """
+    SELECT a.atom_id, s.busy * tstzmultirange(tstzrange(%(now)s, NULL)) AS kept, coalesce(c.busy, '{}') AS computed
+      FROM compute.atoms AS a
+      LEFT JOIN compute.atom_busy AS s ON s.atom_id = a.atom_id
+      LEFT JOIN LATERAL (SELECT range_agg(b.during * tstzrange(%(now)s, NULL)) AS busy
+                           FROM compute.atoms AS x JOIN compute.bookings AS b ON b.atom_id = x.atom_id
+                          WHERE x.device_id = a.device_id AND x.slices && a.slices AND x.shares && a.shares
+                            AND b.state = 'held' AND upper(b.during) > %(now)s) AS c ON true
+     WHERE s.atom_id IS NULL OR s.node_id <> a.node_id
+        OR s.busy * tstzmultirange(tstzrange(%(now)s, NULL)) <> coalesce(c.busy, '{}')"""
+
+
+def invariant_violations(conn: psycopg.Connection, latest_clock: Callable[[], datetime]) -> dict[str, list[tuple[Any, ...]]]:
+    """The invariants' violations in one snapshot (the caller's transaction), the busy summaries last:
+    the latest clock is read once the snapshot is taken, so no change it shows was made later."""
+    violations = rows_read_without_indexes(conn, INVARIANTS)
+    violations["atoms whose busy summary differs from their bookings"] = conn.execute(
+        BUSY_SUMMARY_DIFFERS, {"now": latest_clock()}).fetchall()
+    return {name: rows for name, rows in violations.items() if rows}
 
 
 class Watcher:
@@ -283,8 +303,9 @@ class Watcher:
     Every committed state must keep them, and most bookings end (released, void) before the run
     does: a violation that only lived for a while is caught here, not by the final check."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, latest_clock: Callable[[], datetime]) -> None:
         self.conn = psycopg.connect(dsn)
+        self.latest_clock = latest_clock
         self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self.conn.read_only = True
         self.finished = threading.Event()
@@ -294,7 +315,7 @@ class Watcher:
     def run(self) -> None:
         with self.conn:
             while not self.finished.wait(WATCH_PAUSE_SECONDS):
-                for name, rows in invariant_violations(self.conn).items():
+                for name, rows in invariant_violations(self.conn, self.latest_clock).items():
                     self.violations.setdefault(name, rows)
                 self.conn.commit()
                 self.rounds += 1
@@ -324,7 +345,7 @@ def test_concurrent_reservations_keep_exclusivity_validity_and_quotas(db: psycop
     pool_id = build_contended_pool(db)
     reservations = Reservations()
     sessions = [Session(db_dsn, pool_id, reservations, number) for number in range(THREADS)]
-    watcher = Watcher(db_dsn)
+    watcher = Watcher(db_dsn, lambda: max(session.now for session in sessions))
 
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=THREADS + 1) as executor:
@@ -350,5 +371,5 @@ def test_concurrent_reservations_keep_exclusivity_validity_and_quotas(db: psycop
     assert outcome_total(outcomes, "QUOTA_EXCEEDED") >= 500
 
     assert not watcher.violations, "during the run:\n" + describe(watcher.violations)
-    final = invariant_violations(db)
+    final = invariant_violations(db, lambda: max(session.now for session in sessions))
     assert not final, "after the run:\n" + describe(final)

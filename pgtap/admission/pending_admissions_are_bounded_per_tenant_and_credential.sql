@@ -23,7 +23,7 @@ SELECT is(pg_temp.ask(1, :'bogus', pgtap_fixtures.tenant('A')) || pg_temp.ask(2,
           'no errorno error', 'a credential holds two pending admissions');
 SELECT is(pg_temp.ask(3, :'bogus', pgtap_fixtures.tenant('A')),
           'BC429: Wait for an answer before sending more (admissions_pending_per_credential in ops.limits).', 'not three');
-SELECT is((SELECT count(*)::integer FROM compute.bookings WHERE state = 'provisional'), 2, 'the refused one holds nothing');
+SELECT is((SELECT count(*)::integer FROM compute.bookings WHERE state = 'held'), 2, 'the refused one holds nothing');
 SELECT is(pg_temp.ask(4, :'alice', pgtap_fixtures.tenant('A')), 'no error', 'another credential of the tenant is not affected');
 SELECT is(pg_temp.ask(5, NULL, pgtap_fixtures.tenant('A')),
           'BC429: Send the request again in a few seconds (admissions_pending_per_tenant in ops.limits).',

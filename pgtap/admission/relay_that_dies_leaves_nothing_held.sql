@@ -12,7 +12,7 @@ SELECT compute.clock_advance(compute.limit('admission_seconds') * interval '1 se
 SELECT is(compute.admissions_expire(), 1, 'the sweep ends the abandoned admission');
 SELECT is((SELECT state FROM compute.reservations WHERE reservation_id = (:'prepared'::jsonb #>> '{iam,resource,id}')::uuid),
           'void', 'its reservation is void');
-SELECT is((SELECT count(*) FROM compute.bookings WHERE pool_id = :'pool' AND state IN ('provisional', 'active')), 0::bigint,
+SELECT is((SELECT count(*) FROM compute.bookings WHERE pool_id = :'pool' AND state = 'held'), 0::bigint,
           'nothing is held');
 SELECT is(api.admit((:'prepared'::jsonb ->> 'admission_id')::uuid, '{"allowed": true}') #>> '{error,code}', 'FENCED',
           'a late allow is FENCED and activates nothing');

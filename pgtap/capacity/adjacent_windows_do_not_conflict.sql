@@ -18,7 +18,7 @@ SELECT throws_ok($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FR
 SELECT lives_ok($$SELECT pgtap_fixtures.book((SELECT pool FROM t), 'gpu', 1, '2030-01-01 03:00+00', '2030-01-01 04:00+00')$$,
                 'the window starting where the last one ends is free');
 SELECT results_eq(
-    $$SELECT b.during FROM compute.bookings AS b JOIN t ON b.pool_id = t.pool WHERE b.state = 'active' ORDER BY b.during$$,
+    $$SELECT b.during FROM compute.bookings AS b JOIN t ON b.pool_id = t.pool WHERE b.state = 'held' ORDER BY b.during$$,
     $$VALUES ('[2030-01-01 00:00+00, 2030-01-01 01:00+00)'::tstzrange), ('[2030-01-01 01:00+00, 2030-01-01 02:00+00)'),
              ('[2030-01-01 02:00+00, 2030-01-01 03:00+00)'), ('[2030-01-01 03:00+00, 2030-01-01 04:00+00)')$$,
     'four back-to-back [) bookings of the one GPU');

@@ -58,7 +58,7 @@ SELECT results_eq($$SELECT * FROM pg_temp.atoms('both')$$,
                   'two whole-GPU atoms, one ending where the other starts');
 SELECT is((SELECT count(*)::integer FROM compute.bookings AS b JOIN compute.atoms AS a ON a.atom_id = b.atom_id
              JOIN t ON t.device = b.device_id
-            WHERE t.name = 'both' AND b.state = 'active' AND a.valid @> b.during), 2,
+            WHERE t.name = 'both' AND b.state = 'held' AND a.valid @> b.during), 2,
           'both bookings kept, each inside its atom');
 SELECT lives_ok($$SELECT pgtap_fixtures.book((SELECT pool FROM t WHERE name = 'both'), 'gpu', 1,
                                              '2030-01-01 05:00+00', '2030-01-01 20:00+00')$$,

@@ -42,7 +42,7 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT b.state, b.during, a.shape FROM compute.bookings AS b JOIN compute.atoms AS a USING (atom_id), t
        WHERE b.reservation_id = t.first$$,
-    $$VALUES ('active'::text, '[2030-01-01 01:00+00, 2030-01-01 03:00+00)'::tstzrange, 'gpu'::text)$$,
+    $$VALUES ('held'::text, '[2030-01-01 01:00+00, 2030-01-01 03:00+00)'::tstzrange, 'gpu'::text)$$,
     'the first booking is untouched');
 SELECT is((SELECT layout || ' since ' || layout_since FROM compute.devices AS d, t WHERE d.device_id = t.device),
           'mig:3g.71gb@0,3g.71gb@4 since 2030-01-01 03:00:00+00', 'the device records the layout and when it starts');

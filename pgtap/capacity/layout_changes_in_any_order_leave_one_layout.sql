@@ -37,7 +37,7 @@ BEGIN
         -- Now and then a release, so that changes blocked before can go through.
         IF random() < 0.2 THEN
             PERFORM compute.reservation_release(b.reservation_id)
-               FROM compute.bookings AS b WHERE b.device_id = v_t.device AND b.state = 'active'
+               FROM compute.bookings AS b WHERE b.device_id = v_t.device AND b.state = 'held'
               ORDER BY random() LIMIT 1;
         END IF;
         v_layout := v_layouts[1 + floor(random() * pg_catalog.array_length(v_layouts, 1))::integer];

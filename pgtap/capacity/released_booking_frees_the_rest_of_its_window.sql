@@ -59,13 +59,13 @@ SELECT compute.clock_advance('90 minutes', true);
 SELECT is(compute.reservation_release(b.reservation_id) ->> 'end', '2030-01-01T02:30:00+00:00',
           'the booking made at 01:00 releases at 02:30')
   FROM compute.bookings AS b JOIN t ON b.pool_id = t.pool
- WHERE b.state = 'active' AND b.during @> '2030-01-01 02:30+00'::timestamptz;
+ WHERE b.state = 'held' AND b.during @> '2030-01-01 02:30+00'::timestamptz;
 SELECT results_eq(
     $$SELECT b.state, b.during FROM compute.bookings AS b JOIN t ON b.pool_id = t.pool
-       WHERE b.state IN ('released', 'active') ORDER BY lower(b.during)$$,
+       WHERE b.state IN ('released', 'held') ORDER BY lower(b.during)$$,
     $$VALUES ('released'::text, '[2030-01-01 00:00+00, 2030-01-01 01:00+00)'::tstzrange),
              ('released', '[2030-01-01 01:00+00, 2030-01-01 02:30+00)'),
-             ('active', '[2030-01-01 06:00+00, 2030-01-01 08:00+00)')$$,
+             ('held', '[2030-01-01 06:00+00, 2030-01-01 08:00+00)')$$,
     'the GPU''s history: two released stretches, one booking to come');
 SELECT is(concat_ws(' ', d ->> 'state', d ->> 'end', d ->> 'ended_at', d #>> '{bookings,0,state}'),
           'released 2030-01-01T01:00:00+00:00 2030-01-01T01:00:00+00:00 released',

@@ -16,7 +16,7 @@ SELECT lives_ok(format($$SELECT pgtap_fixtures.book((SELECT pool FROM t), 'slot'
   FROM generate_series(1, 4) AS k;
 SELECT results_eq(
     $$SELECT a.slot, b.shares FROM compute.bookings AS b JOIN compute.atoms AS a USING (atom_id), t
-       WHERE b.device_id = t.device AND b.state = 'active' ORDER BY a.slot$$,
+       WHERE b.device_id = t.device AND b.state = 'held' ORDER BY a.slot$$,
     $$VALUES (0, '[0,1)'::int4range), (1, '[1,2)'), (2, '[2,3)'), (3, '[3,4)')$$,
     'the four bookings hold the four slots of the one GPU, one share each');
 SELECT throws_ok($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FROM t), 'slot', 1,
@@ -41,7 +41,7 @@ RETURNS void LANGUAGE sql AS $$
     INSERT INTO compute.bookings (reservation_id, tenant_id, site_id, pool_id, node_id, device_id, atom_id,
                                   slices, shares, gpu_fraction, during, state)
     SELECT r.reservation_id, r.tenant_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id,
-           int4range(0, 8), p_shares, 1, p_during, 'active'
+           int4range(0, 8), p_shares, 1, p_during, 'held'
       FROM compute.reservations AS r, compute.atoms AS a, t
      WHERE a.device_id = t.device
      ORDER BY r.created_at, a.atom_id LIMIT 1

@@ -32,7 +32,7 @@ SELECT throws_ok($$SELECT compute.reserve(pgtap_fixtures.request((SELECT pool FR
 -- time (atoms_disjoint, and bookings_match_atom keeps a booking inside its atom's validity), so
 -- the trigger is switched off here to show that bookings_exclusive holds on its own.
 SET LOCAL session_replication_role = replica;
-CREATE FUNCTION pg_temp.insert_booking(p_slices int4range, p_during tstzrange, p_state text DEFAULT 'active',
+CREATE FUNCTION pg_temp.insert_booking(p_slices int4range, p_during tstzrange, p_state text DEFAULT 'held',
                                        p_device uuid DEFAULT NULL)
 RETURNS void LANGUAGE sql AS $$
     INSERT INTO compute.bookings (reservation_id, tenant_id, site_id, pool_id, node_id, device_id, atom_id,
@@ -61,7 +61,7 @@ SELECT lives_ok($$SELECT pg_temp.insert_booking('[0,8)', '[2030-01-03 01:00+00, 
 SELECT lives_ok($$SELECT pg_temp.insert_booking('[0,8)', '[2030-01-03 01:00+00, 2030-01-03 05:00+00)', 'void')$$,
                 'nor does a void one');
 SELECT is((SELECT count(*)::integer FROM compute.bookings AS b, t
-            WHERE b.device_id = t.device AND b.state = 'active' AND b.during && '[2030-01-02 00:00+00, 2030-01-04 00:00+00)'),
+            WHERE b.device_id = t.device AND b.state = 'held' AND b.during && '[2030-01-02 00:00+00, 2030-01-04 00:00+00)'),
           4, 'only the four non-overlapping live rows were written');
 
 SELECT * FROM finish();

@@ -18,12 +18,12 @@ SELECT (compute.reserve(pgtap_fixtures.request(:'pool', 'gpu', 1, now() + interv
 SELECT throws_ok(format($$INSERT INTO compute.bookings (reservation_id, tenant_id, site_id, pool_id, node_id, device_id, atom_id, slices, shares,
                                                         gpu_fraction, during, state)
                           SELECT %L, b.tenant_id, b.site_id, b.pool_id, b.node_id, b.device_id, b.atom_id, b.slices, b.shares, b.gpu_fraction,
-                                 b.during, 'active'
+                                 b.during, 'held'
                             FROM compute.bookings AS b JOIN compute.instances AS i ON i.reservation_id = b.reservation_id
                            WHERE i.instance_id = %L LIMIT 1$$, :'other', :'first'),
                  '23P01', NULL, 'a second live booking of an instance''s GPU violates bookings_exclusive');
 SELECT is((SELECT count(DISTINCT i.instance_id) FROM compute.instances AS i JOIN compute.bookings AS b ON b.reservation_id = i.reservation_id
-            WHERE b.state IN ('provisional', 'active') AND b.device_id IN (SELECT device_id FROM compute.bookings AS f JOIN compute.instances AS fi
+            WHERE b.state = 'held' AND b.device_id IN (SELECT device_id FROM compute.bookings AS f JOIN compute.instances AS fi
                                                                            ON fi.reservation_id = f.reservation_id WHERE fi.instance_id = :'first')),
           1::bigint, 'each of its GPUs belongs to one instance');
 

@@ -17,7 +17,7 @@ SELECT compute.node_inventory_reported(:'node',
 
 SELECT is(pgtap_fixtures.api('nodes.get', pgtap_fixtures.tenant('A'), jsonb_build_object('node_id', :'node')) #> '{data,conditions,0,type}',
           '"DeviceMissing"', 'the node shows the missing GPU as a condition');
-SELECT is((SELECT count(*) FROM compute.bookings WHERE node_id = :'node' AND state = 'active'), 1::bigint, 'the booking stays');
+SELECT is((SELECT count(*) FROM compute.bookings WHERE node_id = :'node' AND state = 'held'), 1::bigint, 'the booking stays');
 SELECT throws_ok(format($$SELECT compute.reserve(pgtap_fixtures.request(%L, 'gpu', 1, '2030-01-01 00:00+00', '2030-01-01 01:00+00',
                                                                         '{"tenant_id": "%s"}'))$$, :'pool', pgtap_fixtures.tenant('A')),
                  'BC409', NULL, 'the missing GPU gets no new placement (the other is held)');

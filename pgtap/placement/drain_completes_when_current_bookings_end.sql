@@ -37,7 +37,7 @@ SELECT is(compute.node_drains_complete(), 1, 'node_drains_complete records one c
 SELECT is((o.flag_details #>> '{draining,completed_at}')::timestamptz, '2030-01-01 02:00+00', 'node 1''s drain completed at 02:00')
   FROM ops.nodes AS o, t WHERE o.name = t.one;
 SELECT is((SELECT count(*)::integer FROM compute.bookings AS b, t
-            WHERE b.node_id = pgtap_fixtures.node(t.pool, 1) AND b.state = 'active' AND lower(b.during) = '2030-01-01 05:00+00'),
+            WHERE b.node_id = pgtap_fixtures.node(t.pool, 1) AND b.state = 'held' AND lower(b.during) = '2030-01-01 05:00+00'),
           1, 'its future booking stays');
 
 -- Node 2's booking released at 02:30 completes its drain there and then.

@@ -51,7 +51,7 @@ SET LOCAL enable_indexonlyscan = off;
 SELECT is((SELECT count(*) FROM compute.bookings AS a JOIN compute.bookings AS b
              ON b.device_id = a.device_id AND b.booking_id > a.booking_id
             AND b.slices && a.slices AND b.shares && a.shares AND b.during && a.during
-          WHERE a.state IN ('provisional', 'active') AND b.state IN ('provisional', 'active')), 0::bigint,
+          WHERE a.state = 'held' AND b.state = 'held'), 0::bigint,
           'no overlapping live bookings');
 
 SELECT * FROM finish();

@@ -25,7 +25,7 @@ SELECT compute.node_flag_set(pgtap_fixtures.node(pool, 3), 'quarantined', 'teste
 SELECT is((SELECT count(*)::integer FROM t, compute.capacity_free(t.pool, 'gpu', '2030-01-01 03:00+00', '2030-01-01 04:00+00')),
           0, 'capacity_free: no node with a flag has free atoms');
 SELECT throws_ok($$SELECT compute.reserve(pg_temp.request())$$, 'BC409', NULL, 'nothing can be placed while every node has a flag');
-SELECT is((SELECT b.state FROM compute.bookings AS b, t WHERE b.reservation_id = t.held), 'active',
+SELECT is((SELECT b.state FROM compute.bookings AS b, t WHERE b.reservation_id = t.held), 'held',
           'the booking node 1 held before its cordon stays');
 
 -- Clear one flag at a time: the next request lands on exactly that node.

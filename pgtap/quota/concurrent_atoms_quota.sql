@@ -25,7 +25,7 @@ SELECT is(pg_temp.book(3, '2030-01-01 03:30+00', '2030-01-01 05:00+00'),
           'three atoms from 03:30, where one is held, would be four');
 SELECT is(pg_temp.book(2, '2030-01-01 03:00+00', '2030-01-01 05:00+00'), 'no error',
           '2 GPUs from 03:00: the first booking has ended (peak 1 + 2)');
-SELECT is((SELECT count(*)::integer FROM compute.bookings AS b, t WHERE b.pool_id = t.pool AND b.state = 'active'), 5,
+SELECT is((SELECT count(*)::integer FROM compute.bookings AS b, t WHERE b.pool_id = t.pool AND b.state = 'held'), 5,
           'the refused requests left no booking behind');
 SELECT is(pg_temp.book(1, '2030-01-01 02:30+00', '2030-01-01 03:30+00', '{"tenant_id": "00000000-0000-0000-0000-000000000002"}'),
           'no error', 'another tenant is not counted');

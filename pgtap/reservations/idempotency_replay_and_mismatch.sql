@@ -31,7 +31,7 @@ SELECT is(compute.reserve(request) ->> 'state', 'cancelled', 'a replay after its
 -- Keys belong to a tenant: another tenant's job-42 is its own reservation.
 SELECT isnt(compute.reserve(request || '{"tenant_id": "00000000-0000-0000-0000-000000000002"}') ->> 'reservation_id',
             first ->> 'reservation_id', 'another tenant''s same key is a new reservation') FROM t;
-SELECT is((SELECT count(*)::integer FROM compute.bookings AS b, t WHERE b.pool_id = t.pool AND b.state IN ('provisional', 'active')), 1,
+SELECT is((SELECT count(*)::integer FROM compute.bookings AS b, t WHERE b.pool_id = t.pool AND b.state = 'held'), 1,
           'the only live booking is the other tenant''s');
 
 SELECT * FROM finish();

@@ -9,7 +9,10 @@ Every file must parse, function bodies included (rule `parse`). Schema files (un
 
 The declarative schema (`sql/`) also names every constraint it declares (rule `constraint-name`:
 `CONSTRAINT reservations_provisional_has_expiry CHECK …`), so that no migration depends on a name
-PostgreSQL generated.
+PostgreSQL generated, and never compares a booking's state with 'active' or 'provisional' (rule
+`booking-state`): a booking is written once as a live hold ('held'); whether it is provisional or
+active is its reservation's state, read through compute.active_bookings (sql/200_reservations.sql).
+A reader that filtered on the booking row would expose a provisional hold before the IAM decision.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ PARSE_MODE_EXPRESSION = 2  # an expression, parsed by PostgreSQL as SELECT <expr
 COMMENT_TOKENS = frozenset({"SQL_COMMENT", "C_COMMENT"})
 NAMED_CONSTRAINT_TYPES = frozenset({"CONSTR_CHECK", "CONSTR_PRIMARY", "CONSTR_UNIQUE", "CONSTR_EXCLUSION", "CONSTR_FOREIGN"})
 DECLARATIVE_DIR = "sql"
+RESERVATION_STATES = frozenset({"active", "provisional"})  # a reservation's, never a booking's (rule booking-state)
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,52 @@ def clock_read(node: Node) -> tuple[str, int] | None:
     return None
 
 
+def relation_names(fields: dict[str, Any]) -> list[tuple[str, str]]:
+    """(relation, name it goes by) of every table a statement reads or writes."""
+    found = []
+    for node in walk(fields):
+        relation = node.fields.get("relation") if node.kind in ("UpdateStmt", "DeleteStmt", "InsertStmt") else None
+        for var in ([node.fields] if node.kind == "RangeVar" else []) + ([relation] if relation else []):
+            if var.get("schemaname") in (None, "compute"):
+                found.append((var["relname"], var.get("alias", {}).get("aliasname", var["relname"])))
+    return found
+
+
+def reservation_state_constants(value: dict[str, Any]) -> bool:
+    """Whether an expression is 'active' or 'provisional', or a list holding one."""
+    kind, fields = only_node(value)
+    items = fields["items"] if kind == "List" else [{kind: fields}]
+    return any(
+        only_node(item)[0] == "A_Const" and only_node(item)[1].get("sval", {}).get("sval") in RESERVATION_STATES
+        for item in items
+    )
+
+
+def booking_state_compared(fields: dict[str, Any]) -> Iterator[int]:
+    """Byte locations where a statement compares (or sets) a booking's state with 'active' or
+    'provisional': `b.state` of an alias of compute.bookings, or a bare `state` where bookings is
+    the only table."""
+    relations = relation_names(fields)
+    bookings = {name for relation, name in relations if relation == "bookings"}
+    if not bookings:
+        return
+    only_bookings = all(relation == "bookings" for relation, _ in relations)
+    for node in walk(fields):
+        if node.kind == "A_Expr" and "lexpr" in node.fields and "rexpr" in node.fields:
+            kind, column = only_node(node.fields["lexpr"])
+            names = strings(column["fields"]) if kind == "ColumnRef" and all("String" in f for f in column["fields"]) else []
+            is_booking_state = names[-1:] == ["state"] and (
+                (len(names) == 2 and names[0] in bookings) or (len(names) == 1 and only_bookings)
+            )
+            if is_booking_state and reservation_state_constants(node.fields["rexpr"]):
+                yield node.fields.get("location", -1)
+        elif node.kind == "UpdateStmt" and node.fields["relation"]["relname"] == "bookings":
+            for target in node.fields.get("targetList", []):
+                res = target["ResTarget"]
+                if res.get("name") == "state" and reservation_state_constants(res["val"]):
+                    yield res.get("location", -1)
+
+
 def expression_sql(expr: dict[str, Any]) -> str:
     """A PL/pgSQL expression as a SQL statement that parse_sql accepts."""
     query = expr["query"]
@@ -339,6 +389,8 @@ class FileLinter:
         check_clock = self.schema_rules and not is_clock_function
         if check_clock:
             self.check_clock(walk(fields), self.source, line)
+        if self.naming_rules:
+            self.check_booking_state(fields, self.source, line)
         if kind == "CreateFunctionStmt":
             self.lint_function(raw, fields, line, check_clock=check_clock)
         elif kind == "DoStmt":
@@ -393,6 +445,9 @@ class FileLinter:
             return
         if check_clock:
             self.check_clock(walk(statements), body, line)
+        if self.naming_rules:
+            for statement in statements:
+                self.check_booking_state(statement["stmt"], body, line)
 
     def lint_plpgsql(self, function: str, body: Source, line: int, *, check_clock: bool) -> None:
         """Lint a PL/pgSQL body, given as a CREATE FUNCTION statement."""
@@ -407,8 +462,8 @@ class FileLinter:
             body_line = body.first_line + node.lineno - 1
             if node.kind == "PLpgSQL_stmt_raise":
                 self.check_raise(node.fields, body_line)
-            elif node.kind == "PLpgSQL_expr" and check_clock:
-                self.check_expression_clock(node.fields, body_line)
+            elif node.kind == "PLpgSQL_expr":
+                self.check_expression(node.fields, body_line, check_clock=check_clock)
 
     def check_raise(self, fields: dict[str, Any], line: int) -> None:
         if fields.get("elog_level", 0) < ELOG_ERROR or is_reraise(fields):
@@ -421,14 +476,29 @@ class FileLinter:
                 "(or use compute.raise_error)",
             )
 
-    def check_expression_clock(self, expr: dict[str, Any], line: int) -> None:
+    def check_expression(self, expr: dict[str, Any], line: int, *, check_clock: bool) -> None:
+        if not (check_clock or self.naming_rules):
+            return
         sql = expression_sql(expr)
         try:
             statements = parse(sql)
         except ParseError as error:
             self.report(line, "parse", f"PL/pgSQL expression {expr['query']!r}: {error.args[0]}")
             return
-        self.check_clock(walk(statements), Source(sql, line), line)
+        if check_clock:
+            self.check_clock(walk(statements), Source(sql, line), line)
+        if self.naming_rules:
+            for statement in statements:
+                self.check_booking_state(statement["stmt"], Source(sql, line), line)
+
+    def check_booking_state(self, statement: dict[str, Any], source: Source, fallback_line: int) -> None:
+        for location in booking_state_compared(statement):
+            self.report(
+                source.line_at_byte(location) if location >= 0 else fallback_line,
+                "booking-state",
+                "a booking's state is never 'active' or 'provisional' (bookings are written once as 'held'): "
+                "read active holds through compute.active_bookings, or a booking's shown state with compute.booking_state",
+            )
 
     def check_clock(self, nodes: Iterator[Node], source: Source, fallback_line: int) -> None:
         for node in nodes:

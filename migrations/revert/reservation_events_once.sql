@@ -1,0 +1,12 @@
+-- Revert better_compute:reservation_events_once from pg
+-- A reservation's events are one per transition: the bookings trigger that added one event per booking goes (by hand; compute.outbox_booking_changed goes in the next change)
+-- Written by hand: a trigger (docs/migrations.md).
+
+BEGIN;
+
+SET LOCAL ROLE bc_owner;
+
+CREATE TRIGGER bookings_outbox AFTER INSERT OR UPDATE OF state, during ON compute.bookings
+    FOR EACH ROW EXECUTE FUNCTION compute.outbox_booking_changed();
+
+COMMIT;
