@@ -13,6 +13,7 @@ packages=(
   softhsm2                               # a real PKCS#11 token for the CA and intent keys in an HSM (test_pkcs11)
   libvirt-clients libvirt-dev pkg-config # libvirt-python builds against them; bcd's hypervisor driver (test:///default in tests)
   gcc python3-dev                        # to build libvirt-python (it has no wheel)
+  chromium chromium-driver               # headless browser tests of the web console (Selenium; tests/test_console.py)
 )
 
 missing=()

@@ -1,0 +1,172 @@
+"""The web console (/console) in a real browser: Debian's headless Chromium driven by Selenium,
+against the real relay and database (docs/console.md).
+
+Reserving from the timeline (a click in a free stretch fills the form), a bar appearing live when
+another client reserves through the API (the page follows the event stream), and tenant isolation
+in the page: another tenant's booking is only "busy", and tenant B's page shows nothing of A's.
+With BC_CONSOLE_SCREENSHOTS=docs the timeline screenshots are written to docs/ (how they were made).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+from fleet import MIG_2X_3G, WHOLE, make_pool
+from iam_server import statement, write_static_iam
+from relay_support import Relay, running_relay, static_iam
+
+TENANT_A = "aaaaaaaa-0000-4000-8000-00000000000a"
+TENANT_B = "bbbbbbbb-0000-4000-8000-00000000000b"
+ALICE = "alice-console-token"
+BOB = "bob-console-token"
+WAIT_SECONDS = 15
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    """One headless Chromium for the module (a fresh page per test: sessionStorage is per tab)."""
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "apt-get install chromium chromium-driver (scripts/install-system-deps.sh)"
+    options = Options()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1500,900", "--force-device-scale-factor=1"):
+        options.add_argument(argument)
+    browser = webdriver.Chrome(service=Service(driver), options=options)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture
+def pool(db: psycopg.Connection) -> uuid.UUID:
+    """Tenant A's pool: one node with GPU 0 whole and GPU 1 split into two 3g.71gb instances."""
+    pool_id = make_pool(db, [[WHOLE, MIG_2X_3G]], tenant_id=TENANT_A)
+    db.commit()
+    return pool_id
+
+
+@pytest.fixture
+def relay(db_dsn: str, pool: uuid.UUID, tmp_path: Path) -> Iterator[Relay]:
+    iam = write_static_iam(tmp_path / "iam.toml", [(ALICE, "user:alice", TENANT_A, [statement("allow")]),
+                                                   (BOB, "user:bob", TENANT_B, [statement("allow")])])
+    with running_relay(db_dsn, static_iam(iam)) as running:
+        yield running
+
+
+def sign_in(browser: WebDriver, relay: Relay, token: str) -> None:
+    browser.get(relay.url + "/console/")
+    browser.execute_script("window.sessionStorage.clear()")
+    browser.get(relay.url + "/console/")
+    browser.find_element(By.ID, "token").send_keys(token)
+    browser.find_element(By.ID, "sign-in").click()
+    wait(browser, lambda b: b.find_element(By.ID, "live").text == "live", "the event stream to connect")
+
+
+def wait(browser: WebDriver, condition, what: str):  # type: ignore[no-untyped-def]
+    return WebDriverWait(browser, WAIT_SECONDS).until(condition, f"waited {WAIT_SECONDS} s for {what}")
+
+
+def open_timeline(browser: WebDriver) -> None:
+    browser.find_element(By.CSS_SELECTOR, "#views button[data-view=timeline]").click()
+    wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, ".tl-row[data-shape]"), "the timeline's rows")
+
+
+def bar_of(browser: WebDriver, reservation_id: str) -> list[WebElement]:
+    return browser.find_elements(By.CSS_SELECTOR, f".bar[data-reservation-id='{reservation_id}']")
+
+
+def screenshot(browser: WebDriver, tmp_path: Path, name: str) -> None:
+    """The timeline as a PNG; into docs/ when BC_CONSOLE_SCREENSHOTS=docs."""
+    folder = DOCS if os.environ.get("BC_CONSOLE_SCREENSHOTS") == "docs" else tmp_path
+    path = folder / name
+    assert browser.save_screenshot(str(path)), path
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_reserving_from_the_timeline_and_another_clients_reservation_appears_live(
+        browser: WebDriver, relay: Relay, pool: uuid.UUID, tmp_path: Path) -> None:
+    sign_in(browser, relay, ALICE)
+    assert browser.find_element(By.CSS_SELECTOR, f".pool[data-pool-id='{pool}']"), "the fleet view lists the pool"
+    open_timeline(browser)
+    rows = browser.find_elements(By.CSS_SELECTOR, ".tl-row[data-shape]")
+    assert [row.get_attribute("data-shape") for row in rows] == ["gpu", "mig:3g.71gb", "mig:3g.71gb"]
+
+    # A click in the whole GPU's row, in the future (now sits a quarter from the left), fills the form.
+    track = browser.find_element(By.CSS_SELECTOR, ".tl-row[data-shape=gpu] .tl-track")
+    ActionChains(browser).move_to_element_with_offset(track, track.size["width"] // 4, 0).click().perform()
+    assert browser.find_element(By.ID, "rf-shape").get_attribute("value") == "gpu"
+    assert browser.find_element(By.ID, "rf-pool").get_attribute("value") == str(pool)
+    start, end = (browser.find_element(By.ID, field).get_attribute("value") for field in ("rf-start", "rf-end"))
+    assert start and end and datetime.fromisoformat(end) - datetime.fromisoformat(start) == timedelta(hours=1)
+
+    browser.find_element(By.ID, "rf-submit").click()
+    result = wait(browser, lambda b: b.find_element(By.ID, "rf-result").get_attribute("data-reservation-id"),
+                  "the reservation to be made")
+    mine = wait(browser, lambda b: bar_of(b, result), "the reservation's bar")[0]
+    assert "state-active" in mine.get_attribute("class")
+
+    # Another client reserves an instance through the API: its bar appears without a reload.
+    theirs = relay.data("reservations.create", {"pool_id": str(pool), "shape": "mig:3g.71gb", "count": 1,
+                                                "end": (datetime.now(UTC) + timedelta(hours=3)).isoformat()}, ALICE)
+    wait(browser, lambda b: bar_of(b, theirs["reservation_id"]), "the other client's reservation to appear live")
+    assert browser.find_element(By.CSS_SELECTOR, "#events li[data-type='reservation.activated']")
+    screenshot(browser, tmp_path, "console-timeline.png")
+
+
+def book_for_another_tenant(db: psycopg.Connection, pool: uuid.UUID) -> str:
+    """Tenant B's booking in A's pool (as in a pool several tenants book): compute.reserve while the
+    site is an operator's, then the site is A's again."""
+    site = db.execute("SELECT site_id FROM compute.pools WHERE pool_id = %s", (pool,)).fetchone()[0]
+    db.execute("UPDATE compute.sites SET tenant_id = NULL WHERE site_id = %s", (site,))
+    request = {"tenant_id": TENANT_B, "pool_id": str(pool), "shape": "mig:3g.71gb", "count": 1,
+               "start": (datetime.now(UTC) + timedelta(hours=2)).isoformat(),
+               "end": (datetime.now(UTC) + timedelta(hours=6)).isoformat()}
+    reservation = db.execute("SELECT compute.reserve(%s) ->> 'reservation_id'", (Jsonb(request),)).fetchone()[0]
+    db.execute("SELECT compute.reservation_activate(%s)", (reservation,))
+    db.execute("UPDATE compute.sites SET tenant_id = %s WHERE site_id = %s", (TENANT_A, site))
+    db.commit()
+    return reservation
+
+
+def test_another_tenants_booking_is_only_busy_and_tenant_b_sees_nothing_of_a(
+        browser: WebDriver, relay: Relay, pool: uuid.UUID, db: psycopg.Connection, tmp_path: Path) -> None:
+    mine = relay.data("reservations.create", {"pool_id": str(pool), "shape": "gpu", "count": 1,
+                                              "end": (datetime.now(UTC) + timedelta(hours=4)).isoformat()}, ALICE)
+    theirs = book_for_another_tenant(db, pool)
+
+    sign_in(browser, relay, ALICE)
+    open_timeline(browser)
+    busy = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, ".bar[data-busy]"), "the busy bar")
+    assert [bar.text for bar in busy] == ["busy"]
+    assert bar_of(browser, mine["reservation_id"]), "A's own booking is drawn with its reservation"
+    page = browser.page_source
+    assert theirs not in page and TENANT_B not in page, "nothing about whose the busy booking is"
+    screenshot(browser, tmp_path, "console-timeline-busy.png")
+
+    browser.find_element(By.ID, "sign-out").click()
+    sign_in(browser, relay, BOB)
+    wait(browser, lambda b: "no sites" in b.find_element(By.ID, "fleet").text, "B's empty fleet")
+    open_timeline_of_nothing = browser.find_elements(By.CSS_SELECTOR, "#tl-pool option")
+    assert open_timeline_of_nothing == []
+    page = browser.page_source
+    assert str(pool) not in page and mine["reservation_id"] not in page and TENANT_A not in page
