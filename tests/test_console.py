@@ -132,6 +132,23 @@ def test_reserving_from_the_timeline_and_another_clients_reservation_appears_liv
     assert browser.find_element(By.CSS_SELECTOR, "#events li[data-type='reservation.activated']")
     screenshot(browser, tmp_path, "console-timeline.png")
 
+    # Reservations: extend one by an hour, release the other; the operator cordons the node with a reason.
+    browser.find_element(By.CSS_SELECTOR, "#views button[data-view=reservations]").click()
+    row = f"#reservations tr[data-reservation-id='{result}']"
+    end = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, row), "the reservation's row")[0].find_elements(By.TAG_NAME, "td")[6].text
+    browser.find_element(By.CSS_SELECTOR, row + " button.extend").click()
+    wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, row).find_elements(By.TAG_NAME, "td")[6].text
+         == (datetime.fromisoformat(end) + timedelta(hours=1)).isoformat(), "the end an hour later")
+    other = f"#reservations tr[data-reservation-id='{theirs['reservation_id']}']"
+    browser.find_element(By.CSS_SELECTOR, other + " button.release").click()
+    wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, other).find_elements(By.TAG_NAME, "td")[3].text == "ended",
+         "the released reservation to have ended")
+    browser.find_element(By.CSS_SELECTOR, "#views button[data-view=operator]").click()
+    wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#operator-nodes tbody tr"), "the operator's nodes")
+    browser.find_element(By.ID, "op-reason").send_keys("fan failure")
+    browser.find_element(By.ID, "op-apply").click()
+    wait(browser, lambda b: "cordoned: fan failure" in b.find_element(By.ID, "operator-nodes").text, "the cordon and its reason")
+
 
 def book_for_another_tenant(db: psycopg.Connection, pool: uuid.UUID) -> str:
     """Tenant B's booking in A's pool (as in a pool several tenants book): compute.reserve while the
@@ -170,3 +187,19 @@ def test_another_tenants_booking_is_only_busy_and_tenant_b_sees_nothing_of_a(
     assert open_timeline_of_nothing == []
     page = browser.page_source
     assert str(pool) not in page and mine["reservation_id"] not in page and TENANT_A not in page
+
+
+def test_the_console_files_are_served_with_a_policy_that_keeps_the_page_to_the_relay(relay: Relay) -> None:
+    """No credential is needed for the files (they hold no data); only the three files are served;
+    the Content-Security-Policy lets the page run only its own script and talk only to the relay."""
+    with relay.client() as client:
+        moved = client.get("/console")
+        assert (moved.status_code, moved.headers["location"]) == (308, "/console/")
+        page = client.get("/console/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        policy = page.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy and "connect-src 'self'" in policy
+        assert client.get("/console/console.js").headers["content-type"].startswith("text/javascript")
+        missing = client.get("/console/app.py")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "NOT_FOUND"
+        assert 'bc_relay_requests_total{method="console",status="200"}' in client.get("/metrics").text

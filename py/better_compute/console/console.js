@@ -11,6 +11,7 @@ const DEFAULT_BOOKING_SECONDS = 3600;
 const EVENTS_SHOWN = 50;
 const REFRESH_DELAY_MS = 250;      // events that come together refresh the view once
 const RECONNECT_MAX_MS = 10000;
+const TIMELINE_TICK_MS = 60000;     // the timeline is drawn again each minute: now moves
 
 const state = {
   view: "fleet",
@@ -197,7 +198,7 @@ function renderFleet() {
         el("td", {}, node.name),
         el("td", {}, `${(node.devices || []).length} × ` + [...new Set((node.devices || []).map((d) => d.model))].join(", "),
            el("div", { class: "note" }, (node.devices || []).map((d) => `${d.index}:${d.layout}`).join(" "))),
-        el("td", {}, flagList(node), node.drain ? el("div", { class: "note" }, "drain: " + JSON.stringify(node.drain)) : null),
+        el("td", {}, flagList(node), node.drain ? el("div", { class: "note" }, "drain: " + node.drain) : null),
         el("td", {}, conditionList(node)),
         el("td", {}, node.connected ? "connected" : "not connected", el("div", { class: "note" }, "heard " + age(node.last_heard_seconds) + " ago")),
         el("td", {}, age((nowMs() - Date.parse(node.created_at)) / 1000))));
@@ -326,8 +327,7 @@ function freeGapClicked(event, atom, bookings) {
   const span = Date.parse(data.end) - start;
   const now = nowMs();
   const clicked = Math.max(start + span * (event.clientX - rect.left) / rect.width, now);
-  const live = bookings.filter((b) => !b.busy ? b.state !== "released" : true)
-    .map((b) => [Date.parse(b.start), Date.parse(b.end)]);
+  const live = bookings.map((b) => [Date.parse(b.start), Date.parse(b.end)]);  // a released one ended before now
   if (live.some(([s, e]) => s <= clicked && clicked < e)) return;  // not a free stretch
   const gapEnd = Math.min(...live.map(([s]) => s).filter((s) => s > clicked), Infinity);
   const startNow = clicked - now < 60000;
@@ -457,7 +457,7 @@ function renderOperator() {
   $("operator-nodes").tBodies[0].replaceChildren(...allNodes().map(({ node, pool }) => el("tr", { "data-node-id": node.node_id },
     el("td", {}, node.name), el("td", {}, pool.name), el("td", {}, flagList(node)),
     el("td", {}, Object.entries(node.flag_details || {}).map(([flag, d]) => el("div", {}, `${flag}: ${d.reason || ""} (${d.by || "?"})`))),
-    el("td", {}, node.drain ? JSON.stringify(node.drain) : ""),
+    el("td", {}, node.drain || ""),
     el("td", {}, node.connected ? "yes" : "no"))));
 }
 
@@ -563,5 +563,6 @@ document.addEventListener("DOMContentLoaded", () => {
   $("rf-earliest").addEventListener("click", earliest);
   $("reserve-form").addEventListener("submit", reserve);
   $("operator-form").addEventListener("submit", operate);
+  setInterval(() => { if (state.view === "timeline" && !document.hidden && !$("views").hidden) refresh(); }, TIMELINE_TICK_MS);
   if (STORE.getItem("bc.token")) signIn(null);
 });
