@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -22,10 +23,10 @@ from psycopg.types.json import Jsonb
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from fleet import MIG_2X_3G, WHOLE, make_pool
@@ -37,6 +38,7 @@ TENANT_B = "bbbbbbbb-0000-4000-8000-00000000000b"
 ALICE = "alice-console-token"
 BOB = "bob-console-token"
 WAIT_SECONDS = 15
+T = TypeVar("T")
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
@@ -82,17 +84,42 @@ def sign_in(browser: WebDriver, relay: Relay, token: str) -> None:
     wait(browser, lambda b: b.find_element(By.ID, "live").text == "live", "the event stream to connect")
 
 
-def wait(browser: WebDriver, condition, what: str):  # type: ignore[no-untyped-def]
-    return WebDriverWait(browser, WAIT_SECONDS).until(condition, f"waited {WAIT_SECONDS} s for {what}")
+def wait(browser: WebDriver, condition: Callable[[WebDriver], T], what: str) -> T:
+    """What `condition` answers once it is truthy (a TimeoutException naming `what` otherwise). The
+    page draws a view again whenever events come, so an element found a moment ago may be gone:
+    the condition is asked again then."""
+    return WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)) \
+        .until(condition, f"waited {WAIT_SECONDS} s for {what}")
+
+
+def click(browser: WebDriver, selector: str) -> None:
+    """Click what `selector` finds, again if the page drew it anew in between."""
+    wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, selector).click() or True, f"a click on {selector}")
+
+
+def cells(browser: WebDriver, selector: str) -> list[str]:
+    """The texts of the cells of the table row `selector` finds."""
+    return wait(browser, lambda b: [cell.text for cell in b.find_element(By.CSS_SELECTOR, selector).find_elements(By.TAG_NAME, "td")],
+                f"the row {selector}")
 
 
 def open_timeline(browser: WebDriver) -> None:
-    browser.find_element(By.CSS_SELECTOR, "#views button[data-view=timeline]").click()
+    click(browser, "#views button[data-view=timeline]")
     wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, ".tl-row[data-shape]"), "the timeline's rows")
 
 
-def bar_of(browser: WebDriver, reservation_id: str) -> list[WebElement]:
-    return browser.find_elements(By.CSS_SELECTOR, f".bar[data-reservation-id='{reservation_id}']")
+def bar_classes(browser: WebDriver, reservation_id: str) -> list[str]:
+    """The classes of the reservation's bars on the timeline."""
+    return [bar.get_attribute("class") or "" for bar in
+            browser.find_elements(By.CSS_SELECTOR, f".bar[data-reservation-id='{reservation_id}']")]
+
+
+def click_in_row(browser: WebDriver, shape: str, fraction: float) -> bool:
+    """Click the first row of `shape` at `fraction` of its width (from the left)."""
+    track = browser.find_element(By.CSS_SELECTOR, f".tl-row[data-shape='{shape}'] .tl-track")
+    offset = int(track.size["width"] * (fraction - 0.5))  # Selenium's offsets are from the element's centre
+    ActionChains(browser).move_to_element_with_offset(track, offset, 0).click().perform()
+    return True
 
 
 def screenshot(browser: WebDriver, tmp_path: Path, name: str) -> None:
@@ -103,17 +130,34 @@ def screenshot(browser: WebDriver, tmp_path: Path, name: str) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def check_the_files_are_served_with_a_policy_that_keeps_the_page_to_the_relay(relay: Relay) -> None:
+    """No credential is needed for the files (they hold no data); only the three files are served;
+    the Content-Security-Policy lets the page run only its own script and talk only to the relay."""
+    with relay.client() as client:
+        moved = client.get("/console")
+        assert (moved.status_code, moved.headers["location"]) == (308, "/console/")
+        page = client.get("/console/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        policy = page.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy and "connect-src 'self'" in policy
+        assert client.get("/console/console.js").headers["content-type"].startswith("text/javascript")
+        missing = client.get("/console/app.py")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "NOT_FOUND"
+        assert 'bc_relay_requests_total{method="console",status="200"}' in client.get("/metrics").text
+
+
 def test_reserving_from_the_timeline_and_another_clients_reservation_appears_live(
         browser: WebDriver, relay: Relay, pool: uuid.UUID, tmp_path: Path) -> None:
+    check_the_files_are_served_with_a_policy_that_keeps_the_page_to_the_relay(relay)
     sign_in(browser, relay, ALICE)
     assert browser.find_element(By.CSS_SELECTOR, f".pool[data-pool-id='{pool}']"), "the fleet view lists the pool"
     open_timeline(browser)
-    rows = browser.find_elements(By.CSS_SELECTOR, ".tl-row[data-shape]")
-    assert [row.get_attribute("data-shape") for row in rows] == ["gpu", "mig:3g.71gb", "mig:3g.71gb"]
+    shapes = wait(browser, lambda b: [row.get_attribute("data-shape") for row in b.find_elements(By.CSS_SELECTOR, ".tl-row[data-shape]")],
+                  "the rows' shapes")
+    assert shapes == ["gpu", "mig:3g.71gb", "mig:3g.71gb"]
 
     # A click in the whole GPU's row, in the future (now sits a quarter from the left), fills the form.
-    track = browser.find_element(By.CSS_SELECTOR, ".tl-row[data-shape=gpu] .tl-track")
-    ActionChains(browser).move_to_element_with_offset(track, track.size["width"] // 4, 0).click().perform()
+    wait(browser, lambda b: click_in_row(b, "gpu", 0.75), "a click in the GPU's row")
     assert browser.find_element(By.ID, "rf-shape").get_attribute("value") == "gpu"
     assert browser.find_element(By.ID, "rf-pool").get_attribute("value") == str(pool)
     start, end = (browser.find_element(By.ID, field).get_attribute("value") for field in ("rf-start", "rf-end"))
@@ -122,29 +166,26 @@ def test_reserving_from_the_timeline_and_another_clients_reservation_appears_liv
     browser.find_element(By.ID, "rf-submit").click()
     result = wait(browser, lambda b: b.find_element(By.ID, "rf-result").get_attribute("data-reservation-id"),
                   "the reservation to be made")
-    mine = wait(browser, lambda b: bar_of(b, result), "the reservation's bar")[0]
-    assert "state-active" in mine.get_attribute("class")
+    assert wait(browser, lambda b: bar_classes(b, result), "the reservation's bar") == ["bar state-active"]
 
     # Another client reserves an instance through the API: its bar appears without a reload.
     theirs = relay.data("reservations.create", {"pool_id": str(pool), "shape": "mig:3g.71gb", "count": 1,
                                                 "end": (datetime.now(UTC) + timedelta(hours=3)).isoformat()}, ALICE)
-    wait(browser, lambda b: bar_of(b, theirs["reservation_id"]), "the other client's reservation to appear live")
+    wait(browser, lambda b: bar_classes(b, theirs["reservation_id"]), "the other client's reservation to appear live")
     assert browser.find_element(By.CSS_SELECTOR, "#events li[data-type='reservation.activated']")
     screenshot(browser, tmp_path, "console-timeline.png")
 
     # Reservations: extend one by an hour, release the other; the operator cordons the node with a reason.
-    browser.find_element(By.CSS_SELECTOR, "#views button[data-view=reservations]").click()
+    click(browser, "#views button[data-view=reservations]")
     row = f"#reservations tr[data-reservation-id='{result}']"
-    end = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, row), "the reservation's row")[0].find_elements(By.TAG_NAME, "td")[6].text
-    browser.find_element(By.CSS_SELECTOR, row + " button.extend").click()
-    wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, row).find_elements(By.TAG_NAME, "td")[6].text
-         == (datetime.fromisoformat(end) + timedelta(hours=1)).isoformat(), "the end an hour later")
+    later = (datetime.fromisoformat(cells(browser, row)[6]) + timedelta(hours=1)).isoformat()
+    click(browser, row + " button.extend")
+    wait(browser, lambda b: cells(b, row)[6] == later, "the end an hour later")
     other = f"#reservations tr[data-reservation-id='{theirs['reservation_id']}']"
-    browser.find_element(By.CSS_SELECTOR, other + " button.release").click()
-    wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, other).find_elements(By.TAG_NAME, "td")[3].text == "ended",
-         "the released reservation to have ended")
-    browser.find_element(By.CSS_SELECTOR, "#views button[data-view=operator]").click()
-    wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#operator-nodes tbody tr"), "the operator's nodes")
+    click(browser, other + " button.release")
+    wait(browser, lambda b: cells(b, other)[3] == "ended", "the released reservation to have ended")
+    click(browser, "#views button[data-view=operator]")
+    wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#op-node option"), "the operator's nodes")
     browser.find_element(By.ID, "op-reason").send_keys("fan failure")
     browser.find_element(By.ID, "op-apply").click()
     wait(browser, lambda b: "cordoned: fan failure" in b.find_element(By.ID, "operator-nodes").text, "the cordon and its reason")
@@ -173,33 +214,17 @@ def test_another_tenants_booking_is_only_busy_and_tenant_b_sees_nothing_of_a(
 
     sign_in(browser, relay, ALICE)
     open_timeline(browser)
-    busy = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, ".bar[data-busy]"), "the busy bar")
-    assert [bar.text for bar in busy] == ["busy"]
-    assert bar_of(browser, mine["reservation_id"]), "A's own booking is drawn with its reservation"
+    busy = wait(browser, lambda b: [bar.text for bar in b.find_elements(By.CSS_SELECTOR, ".bar[data-busy]")], "the busy bar")
+    assert busy == ["busy"]
+    assert wait(browser, lambda b: bar_classes(b, mine["reservation_id"]), "A's own bar") == ["bar state-active"]
     page = browser.page_source
     assert theirs not in page and TENANT_B not in page, "nothing about whose the busy booking is"
     screenshot(browser, tmp_path, "console-timeline-busy.png")
 
-    browser.find_element(By.ID, "sign-out").click()
+    click(browser, "#sign-out")
     sign_in(browser, relay, BOB)
     wait(browser, lambda b: "no sites" in b.find_element(By.ID, "fleet").text, "B's empty fleet")
-    open_timeline_of_nothing = browser.find_elements(By.CSS_SELECTOR, "#tl-pool option")
-    assert open_timeline_of_nothing == []
+    assert browser.find_elements(By.CSS_SELECTOR, "#tl-pool option") == [], "B has no pool to draw"
     page = browser.page_source
     assert str(pool) not in page and mine["reservation_id"] not in page and TENANT_A not in page
 
-
-def test_the_console_files_are_served_with_a_policy_that_keeps_the_page_to_the_relay(relay: Relay) -> None:
-    """No credential is needed for the files (they hold no data); only the three files are served;
-    the Content-Security-Policy lets the page run only its own script and talk only to the relay."""
-    with relay.client() as client:
-        moved = client.get("/console")
-        assert (moved.status_code, moved.headers["location"]) == (308, "/console/")
-        page = client.get("/console/")
-        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-        policy = page.headers["content-security-policy"]
-        assert "default-src 'none'" in policy and "script-src 'self'" in policy and "connect-src 'self'" in policy
-        assert client.get("/console/console.js").headers["content-type"].startswith("text/javascript")
-        missing = client.get("/console/app.py")
-        assert missing.status_code == 404 and missing.json()["error"]["code"] == "NOT_FOUND"
-        assert 'bc_relay_requests_total{method="console",status="200"}' in client.get("/metrics").text
