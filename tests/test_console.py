@@ -27,7 +27,7 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from fleet import MIG_2X_3G, WHOLE, make_pool
 from iam_server import statement, write_static_iam
@@ -162,6 +162,11 @@ def test_reserving_from_the_timeline_and_another_clients_reservation_appears_liv
     assert browser.find_element(By.ID, "rf-pool").get_attribute("value") == str(pool)
     start, end = (browser.find_element(By.ID, field).get_attribute("value") for field in ("rf-start", "rf-end"))
     assert start and end and datetime.fromisoformat(end) - datetime.fromisoformat(start) == timedelta(hours=1)
+    # The earliest-window search (capacity.earliest) finds the same hour free.
+    browser.find_element(By.ID, "rf-earliest").click()
+    wait(browser, lambda b: b.find_element(By.ID, "rf-result").text.startswith("Earliest:"), "the earliest window")
+    assert datetime.fromisoformat(browser.find_element(By.ID, "rf-start").get_attribute("value") or "") \
+        == datetime.fromisoformat(start)
 
     browser.find_element(By.ID, "rf-submit").click()
     result = wait(browser, lambda b: b.find_element(By.ID, "rf-result").get_attribute("data-reservation-id"),
@@ -178,9 +183,10 @@ def test_reserving_from_the_timeline_and_another_clients_reservation_appears_liv
     # Reservations: extend one by an hour, release the other; the operator cordons the node with a reason.
     click(browser, "#views button[data-view=reservations]")
     row = f"#reservations tr[data-reservation-id='{result}']"
-    later = (datetime.fromisoformat(cells(browser, row)[6]) + timedelta(hours=1)).isoformat()
+    end = wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, row + " td.end").get_attribute("data-value"), "the end")
     click(browser, row + " button.extend")
-    wait(browser, lambda b: cells(b, row)[6] == later, "the end an hour later")
+    wait(browser, lambda b: datetime.fromisoformat(b.find_element(By.CSS_SELECTOR, row + " td.end").get_attribute("data-value") or "")
+         == datetime.fromisoformat(end) + timedelta(hours=1), "the end an hour later")
     other = f"#reservations tr[data-reservation-id='{theirs['reservation_id']}']"
     click(browser, other + " button.release")
     wait(browser, lambda b: cells(b, other)[3] == "ended", "the released reservation to have ended")
@@ -220,6 +226,10 @@ def test_another_tenants_booking_is_only_busy_and_tenant_b_sees_nothing_of_a(
     page = browser.page_source
     assert theirs not in page and TENANT_B not in page, "nothing about whose the busy booking is"
     screenshot(browser, tmp_path, "console-timeline-busy.png")
+    Select(browser.find_element(By.ID, "tl-zoom")).select_by_visible_text("30 days")
+    wait(browser, lambda b: datetime.fromisoformat(b.find_element(By.ID, "timeline").get_attribute("data-end") or "")
+         - datetime.fromisoformat(b.find_element(By.ID, "timeline").get_attribute("data-start") or "") == timedelta(days=30),
+         "a 30-day window")
 
     click(browser, "#sign-out")
     sign_in(browser, relay, BOB)

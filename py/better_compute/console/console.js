@@ -9,7 +9,7 @@ const STORE = window.sessionStorage;
 const ZOOM_LEAD = 0.25;            // where "now" sits in a fresh window: a quarter from the left
 const DEFAULT_BOOKING_SECONDS = 3600;
 const EVENTS_SHOWN = 50;
-const REFRESH_DELAY_MS = 250;      // events that come together refresh the view once
+const REFRESH_DELAY_MS = 500;      // events that come together refresh the view once
 const RECONNECT_MAX_MS = 10000;
 const TIMELINE_TICK_MS = 60000;     // the timeline is drawn again each minute: now moves
 
@@ -52,6 +52,10 @@ function shortTime(ms, spanSeconds) {
   const time = d.toISOString().slice(11, 16);
   return spanSeconds > 86400 ? d.toISOString().slice(5, 10) + " " + time : time;
 }
+function when(text) {  // an API time, to the second, in UTC; the exact value stays in the title
+  return text ? new Date(Date.parse(text)).toISOString().replace("T", " ").replace(/\.\d{3}Z$/, "Z") : "";
+}
+function timeCell(text, name) { return el("td", { class: name, title: text || "", "data-value": text || "" }, when(text)); }
 function age(seconds) {
   if (seconds === null || seconds === undefined) return "never";
   const s = Math.max(0, Math.round(seconds));
@@ -153,9 +157,9 @@ async function refresh() {
   }
 }
 
-function refreshSoon() {
-  clearTimeout(state.refreshTimer);
-  state.refreshTimer = setTimeout(refresh, REFRESH_DELAY_MS);
+function refreshSoon() {  // at most one refresh per REFRESH_DELAY_MS, however many events come
+  if (state.refreshTimer) return;
+  state.refreshTimer = setTimeout(() => { state.refreshTimer = null; refresh(); }, REFRESH_DELAY_MS);
 }
 
 // -- fleet ---------------------------------------------------------------------------------------
@@ -200,7 +204,8 @@ function renderFleet() {
            el("div", { class: "note" }, (node.devices || []).map((d) => `${d.index}:${d.layout}`).join(" "))),
         el("td", {}, flagList(node), node.drain ? el("div", { class: "note" }, "drain: " + node.drain) : null),
         el("td", {}, conditionList(node)),
-        el("td", {}, node.connected ? "connected" : "not connected", el("div", { class: "note" }, "heard " + age(node.last_heard_seconds) + " ago")),
+        el("td", {}, node.connected ? "connected" : "not connected", el("div", { class: "note" }, node.last_heard_seconds === null || node.last_heard_seconds === undefined
+          ? "never heard" : "heard " + age(node.last_heard_seconds) + " ago")),
         el("td", {}, age((nowMs() - Date.parse(node.created_at)) / 1000))));
       section.append(el("div", { class: "pool", "data-pool-id": pool.pool_id },
         el("h4", {}, `Pool ${pool.name} · ${pool.gpu_model} · ${pool.placement_policy}`),
@@ -385,7 +390,7 @@ async function reserve(event) {
   const input = { ...reserveInput(), idempotency_key: newKey() };
   try {
     const reservation = await call("reservations.create", input);
-    $("rf-result").textContent = `Reserved ${reservation.reservation_id} (${reservation.state}): ${reservation.start} → ${reservation.end}.`;
+    $("rf-result").textContent = `Reserved ${reservation.reservation_id} (${reservation.state}): ${when(reservation.start)} → ${when(reservation.end)}.`;
     $("rf-result").dataset.reservationId = reservation.reservation_id;
     await refresh();
   } catch (failure) {
@@ -404,8 +409,8 @@ async function loadReservations() {
     el("td", {}, `${r.count} × ${r.shape}`),
     el("td", {}, r.phase),
     el("td", {}, r.state),
-    el("td", {}, r.start),
-    el("td", {}, r.end),
+    timeCell(r.start, "start"),
+    timeCell(r.end, "end"),
     el("td", {}, r.readiness ? r.readiness.state + (r.readiness.reason ? ` (${r.readiness.reason})` : "") : ""),
     el("td", {},
       el("button", { type: "button", onclick: () => showReservation(r.reservation_id) }, "Details"),
@@ -418,7 +423,7 @@ async function showReservation(reservationId) {
     const r = await call("reservations.get", { reservation_id: reservationId });
     $("reservation-detail").replaceChildren(
       el("h3", {}, "Reservation ", el("span", { class: "id" }, r.reservation_id)),
-      el("p", {}, `${r.count} × ${r.shape} in ${poolName(r.pool_id)}, ${r.phase} (${r.state}), ${r.start} → ${r.end}; readiness: `
+      el("p", {}, `${r.count} × ${r.shape} in ${poolName(r.pool_id)}, ${r.phase} (${r.state}), ${when(r.start)} → ${when(r.end)}; readiness: `
         + (r.readiness ? r.readiness.state + (r.readiness.reason ? ` (${r.readiness.reason})` : "") : "?")),
       el("table", { class: "grid" },
         el("thead", {}, el("tr", {}, ["Node", "Device", "Atom", "CDI name", "State", "Readiness"].map((h) => el("th", {}, h)))),
