@@ -232,6 +232,14 @@ def test_another_tenants_booking_is_only_busy_and_tenant_b_sees_nothing_of_a(
          "a 30-day window")
 
     click(browser, "#sign-out")
+    # A token IAM does not know signs nobody in: the page says so and keeps asking (the static IAM file
+    # knows no tenant for it, so the relay's answer is "no tenant").
+    wait(browser, lambda b: b.find_element(By.ID, "token").is_displayed(), "the sign-in form")
+    browser.find_element(By.ID, "token").send_keys("not-a-token")
+    browser.find_element(By.ID, "sign-in").click()
+    refusal = wait(browser, lambda b: b.find_element(By.ID, "error").text, "the refusal")
+    assert refusal.startswith(("UNAUTHENTICATED", "ACCESS_DENIED", "INVALID_ARGUMENT")) and "Check your token" in refusal, refusal
+    assert browser.find_element(By.ID, "views").is_displayed() is False
     sign_in(browser, relay, BOB)
     wait(browser, lambda b: "no sites" in b.find_element(By.ID, "fleet").text, "B's empty fleet")
     assert browser.find_elements(By.CSS_SELECTOR, "#tl-pool option") == [], "B has no pool to draw"

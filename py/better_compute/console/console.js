@@ -111,18 +111,19 @@ async function signIn(event) {
   if (!token) { showError({ message: "Enter your bearer token." }); return; }
   STORE.setItem("bc.token", token);
   const tenant = $("tenant").value.trim();
-  if (tenant) STORE.setItem("bc.tenant", tenant); else if ($("tenant").value === "" && event) STORE.removeItem("bc.tenant");
+  if (tenant) STORE.setItem("bc.tenant", tenant); else if (event) STORE.removeItem("bc.tenant");
   $("token").value = "";
   try {
     await loadFleet();
+    showError(null);
   } catch (failure) {
-    showError(failure);
+    showError(failure);  // a refused credential (or no tenant) signs nobody in; anything else is shown and retried
     if (failure.code === "UNAUTHENTICATED" || failure.code === "ACCESS_DENIED" || failure.code === "INVALID_ARGUMENT") {
       STORE.removeItem("bc.token");
+      $("error").textContent += " Check your token, or enter the tenant id you act in.";
       return;
     }
   }
-  showError(null);
   $("login").hidden = true;
   $("session").hidden = false;
   $("views").hidden = false;
