@@ -46,7 +46,9 @@ BEGIN
       FROM (SELECT n.node_id, n.name FROM compute.nodes AS n
              WHERE n.pool_id = v_pool_id AND n.node_id = coalesce(v_node_id, n.node_id)
              ORDER BY n.name LIMIT v_limit) AS n;
-    -- Bookings that held (or hold, or will hold) their atom during the window; voided ones never did.
+    -- Bookings that hold or will hold their atom during the window (bookings_pool), and the caller's
+    -- own released ones (bookings_tenant_pool): others' history is nobody else's business; voided
+    -- bookings never held anything.
     SELECT coalesce(pg_catalog.jsonb_agg(x.booking ORDER BY x.n), '[]') INTO v_rows
       FROM (SELECT CASE WHEN b.tenant_id = p_tenant_id THEN
                         pg_catalog.jsonb_build_object('atom_id', b.atom_id, 'start', lower(b.during), 'end', upper(b.during),
@@ -56,9 +58,14 @@ BEGIN
                    ELSE pg_catalog.jsonb_build_object('atom_id', b.atom_id, 'start', lower(b.during), 'end', upper(b.during), 'busy', true)
                    END AS booking,
                    pg_catalog.row_number() OVER (ORDER BY lower(b.during), b.booking_id) AS n
-              FROM compute.bookings AS b JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
-             WHERE b.pool_id = v_pool_id AND b.during && v_window AND b.state IN ('provisional', 'active', 'released')
-               AND b.node_id = coalesce(v_node_id, b.node_id)
+              FROM (SELECT * FROM compute.bookings AS b
+                     WHERE b.pool_id = v_pool_id AND b.during && v_window AND b.state IN ('provisional', 'active')
+                    UNION ALL
+                    SELECT * FROM compute.bookings AS b
+                     WHERE b.tenant_id = p_tenant_id AND b.pool_id = v_pool_id AND upper(b.during) > v_start
+                       AND b.state = 'released' AND b.during && v_window) AS b
+              JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
+             WHERE b.node_id = coalesce(v_node_id, b.node_id)
              ORDER BY lower(b.during), b.booking_id LIMIT v_limit + 1) AS x;
     RETURN pg_catalog.jsonb_build_object('pool_id', v_pool_id, 'start', v_start, 'end', v_end, 'now', v_now, 'nodes', v_nodes,
         'bookings', CASE WHEN pg_catalog.jsonb_array_length(v_rows) > v_limit THEN v_rows - v_limit ELSE v_rows END,

@@ -1,9 +1,10 @@
 -- capacity.timeline (what the web console draws): a pool's nodes, GPUs and the atoms valid in the
 -- window (a MIG GPU's instances as atoms of their own), and the bookings over the window. The
 -- caller's own come with their reservation; anyone else's only as busy: atom and window, nothing
--- about whose. A window must end after it starts and be at most capacity_search_horizon_seconds.
+-- about whose; once released, another's booking is not shown, the caller's own is (as released). A
+-- window must end after it starts and be at most capacity_search_horizon_seconds.
 BEGIN;
-SELECT plan(7);
+SELECT plan(9);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 -- Tenant A's pool: one node of two GPUs, GPU 1 split into two 3g.71gb instances.
@@ -38,6 +39,16 @@ SELECT is((SELECT b - 'atom_id' FROM jsonb_array_elements(:'t'::jsonb -> 'bookin
           'another tenant''s booking is only busy: its window, nothing about whose');
 SELECT ok(position(:'theirs' IN :'t') = 0 AND position(pgtap_fixtures.tenant('B')::text IN :'t') = 0,
           'neither the other reservation''s id nor its tenant appears anywhere in the answer');
+
+-- At 01:30 both reservations are released.
+SELECT compute.clock_advance('90 minutes', true);
+SELECT count(*) AS released FROM (SELECT compute.reservation_release(:'mine'), compute.reservation_release(:'theirs')) AS r;
+SELECT pgtap_fixtures.api('capacity.timeline', pgtap_fixtures.tenant('A'),
+    jsonb_build_object('pool_id', :'pool', 'start', '2029-12-31T23:00:00Z', 'end', '2030-01-02T00:00:00Z')) -> 'data' -> 'bookings' AS released \gset
+SELECT is((SELECT jsonb_agg(b ->> 'reservation_id') FROM jsonb_array_elements(:'released'::jsonb) AS b), jsonb_build_array(:'mine'),
+          'released, another''s booking is no longer shown; the caller''s own is');
+SELECT is(:'released'::jsonb #>> '{0,state}' || ' until ' || (:'released'::jsonb #>> '{0,end}'), 'released until 2030-01-01T01:30:00+00:00',
+          'the caller''s own shows as released, ending when it was released');
 
 SELECT is(left(pgtap_fixtures.refusal(format('SELECT api.read(''capacity.timeline'', %L, %L, ''{"allowed": true}'')',
               pgtap_fixtures.tenant('A'), jsonb_build_object('pool_id', :'pool', 'start', '2030-01-02T00:00:00Z', 'end', '2030-01-01T00:00:00Z'))), 5),
