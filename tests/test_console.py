@@ -150,7 +150,8 @@ def test_reserving_from_the_timeline_and_another_clients_reservation_appears_liv
         browser: WebDriver, relay: Relay, pool: uuid.UUID, tmp_path: Path) -> None:
     check_the_files_are_served_with_a_policy_that_keeps_the_page_to_the_relay(relay)
     sign_in(browser, relay, ALICE)
-    assert browser.find_element(By.CSS_SELECTOR, f".pool[data-pool-id='{pool}']"), "the fleet view lists the pool"
+    wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, f".pool[data-pool-id='{pool}'] tr[data-node-id]"),
+         "the fleet view to list the pool and its node")
     open_timeline(browser)
     shapes = wait(browser, lambda b: [row.get_attribute("data-shape") for row in b.find_elements(By.CSS_SELECTOR, ".tl-row[data-shape]")],
                   "the rows' shapes")
