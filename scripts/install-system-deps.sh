@@ -16,6 +16,7 @@ packages=(
   gcc python3-dev                        # to build libvirt-python (it has no wheel)
   etcd-server                            # Patroni's DCS for the HA set (dev up --ha, tests/test_failover.py)
   python3                                # Debian's: runs Patroni as postgres when our Python is under /root (ha.py)
+  chromium chromium-driver               # headless browser tests of the web console (Selenium; tests/test_console.py)
 )
 
 missing=()

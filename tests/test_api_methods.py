@@ -150,6 +150,9 @@ def test_every_method_works_through_http_with_one_iam_decision_each(relay: Relay
     assert sum(n["free_atoms"] for n in free) == 6  # 2 + 4 whole GPUs: the reservation ends before the window
     assert alice.data("capacity.earliest", {"pool_id": pool, "shape": "gpu", "count": 6, "duration_seconds": 3600})["start"]
     assert {r["shape"] for r in alice.data("capacity.rollup", {"pool_id": pool})} == {"gpu", "mig:3g.71gb", "slot"}
+    timeline = alice.data("capacity.timeline", {"pool_id": pool, "end": at(4)})
+    assert [len(d["atoms"]) for n in timeline["nodes"] for d in n["devices"]] == [1, 1, 2, 4, 1, 1, 1, 1]
+    assert reservation in {b.get("reservation_id") for b in timeline["bookings"]}
 
     assert alice.data("reservations.get", {"reservation_id": reservation})["state"] == "active"
     assert reservation in [r["reservation_id"] for r in alice.data("reservations.list", {"state": "active"})]  # and the VPS's

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp
 from better_compute.db import AsyncDatabase
 from better_compute.errors import ContractError
 from better_compute.ports.iam import AuthorizeRequest, IamPort
-from better_compute.relay import openapi
+from better_compute.relay import console, openapi
 from better_compute.relay.admission import ALL_RESOURCES, Admission
 from better_compute.relay.catalog import PATH_PREFIX, Catalog, InputSchema
 from better_compute.relay.envelope import data_response, error, error_response, invalid_argument, unavailable
@@ -216,6 +216,8 @@ class Relay:
         """The metrics `method` label of a path: bounded by the catalog and the relay's endpoints."""
         if path in ENDPOINT_LABELS:
             return ENDPOINT_LABELS[path]
+        if path == console.PATH or path.startswith(console.PATH + "/"):
+            return "console"
         name = path.removeprefix(PATH_PREFIX + "/").replace("/", ".", 1)
         return name if path.startswith(PATH_PREFIX + "/") and name in self.catalog else UNKNOWN
 
@@ -258,6 +260,9 @@ def create_app(relay: Relay) -> ASGIApp:
         Route("/health", enveloped(relay.health), methods=["GET"]),
         Route("/metrics", relay.prometheus, methods=["GET"]),
         Route(f"{PATH_PREFIX}/openapi.json", relay.openapi_json, methods=["GET"]),
+        Route(console.PATH, console.index, methods=["GET"]),
+        Route(console.PATH + "/", enveloped(console.asset), methods=["GET"]),
+        Route(console.PATH + "/{name}", enveloped(console.asset), methods=["GET"]),
         Route(f"{PATH_PREFIX}/watch", enveloped(relay.watch), methods=["GET"]),
         Route(f"{PATH_PREFIX}/iam/resolve", enveloped(relay.resolve), methods=["POST"]),
         Route(PATH_PREFIX + "/{group}/{verb}", enveloped(relay.call), methods=["POST"]),
