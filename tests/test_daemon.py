@@ -611,7 +611,8 @@ def test_a_killed_daemon_changes_nothing_even_hours_later(control_plane: Gateway
 
     def world() -> list[Any]:
         return [sql.execute(query, (node.node_id,)).fetchall() for query in (
-            "SELECT atom_id, reservation_id, state, during FROM compute.bookings WHERE node_id = %s ORDER BY atom_id",
+            "SELECT b.atom_id, b.reservation_id, compute.booking_state(b.state, r.state), b.during FROM compute.bookings AS b "
+            "JOIN compute.reservations AS r USING (reservation_id) WHERE b.node_id = %s ORDER BY b.atom_id",
             "SELECT generation, spec, signed_generation, observed_generation FROM compute.node_specs "
             "WHERE node_id = %s",
             "SELECT flag FROM compute.node_flags WHERE node_id = %s ORDER BY flag",

@@ -45,7 +45,7 @@ def load(name: str) -> Command:
         from better_compute.cli import watch
 
         group.command("watch")(watch.watch_command)
-    command = typer.main.get_command(group)
+    command = typer.main.get_group(group)  # a group even with one command (`sim nodes`), as --help lists it
     command.name = name
     command.help = command.help or (LAZY[name][1] if name in LAZY else api_help(name))
     return command
