@@ -4,6 +4,15 @@
 
 BEGIN;
 
-SELECT 1;
+-- By hand: place_choose breaks ties among equally used nodes of a spread pool by the call's draw.
+DO $$
+BEGIN
+    IF pg_catalog.strpos((SELECT p.prosrc FROM pg_catalog.pg_proc AS p
+                           WHERE p.oid = 'compute.place_choose(compute.placement_candidate[], integer, tstzrange, boolean, boolean)'::pg_catalog.regprocedure),
+                         'pg_catalog.hashtextextended(n.node_id::text, v_seed)') = 0 THEN
+        RAISE EXCEPTION 'compute.place_choose takes equally used nodes of a spread pool in pool order, not in a drawn one';
+    END IF;
+END
+$$;
 
 ROLLBACK;
