@@ -72,6 +72,27 @@ END
 $$;
 COMMENT ON FUNCTION compute.limit(text) IS 'The value of one limit; an unknown name raises NOT_FOUND (fail closed).';
 
+CREATE FUNCTION compute.limits_get(p_names text[])
+RETURNS bigint[]
+LANGUAGE plpgsql STABLE
+AS $$
+-- Several limits in one statement, in the order named (a hot path reads what it needs once); an
+-- unknown name raises NOT_FOUND like compute.limit.
+DECLARE
+    v_values bigint[];
+    v_found  integer;
+BEGIN
+    SELECT pg_catalog.array_agg(l.value ORDER BY n.ord), pg_catalog.count(l.value) INTO v_values, v_found
+      FROM pg_catalog.unnest(p_names) WITH ORDINALITY AS n(name, ord)
+      LEFT JOIN compute.limits AS l ON l.name = n.name;
+    IF v_found < pg_catalog.cardinality(p_names) THEN
+        PERFORM compute.limit(n.name) FROM pg_catalog.unnest(p_names) AS n(name);  -- raises for the unknown one
+    END IF;
+    RETURN v_values;
+END
+$$;
+COMMENT ON FUNCTION compute.limits_get(text[]) IS 'The values of several limits, in the order named; an unknown name raises NOT_FOUND (fail closed).';
+
 CREATE VIEW ops.limits AS
     SELECT l.name, l.value, l.unit, l.description FROM compute.limits AS l;
 COMMENT ON VIEW ops.limits IS 'Every bound of the system (P12).';

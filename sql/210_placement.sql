@@ -4,7 +4,8 @@
 --                  to the layout valid now, MIG failed, a fault) of nodes without flags, in the pool's static order (pack: node by
 --                  node; spread: GPU index across nodes), so the scan walks an index and stops early;
 --   2. choose      the fewest nodes: one node that fits the whole request if any (pack: the most used
---                  such node, spread: the least used, by atoms busy in the window: compute.atom_busy),
+--                  such node, spread: the least used, by atoms busy in the window: compute.atom_busy;
+--                  equally used nodes: pack in pool order, spread in a random order),
 --                  NVLink peers first within the node, equal GPUs in a random order; otherwise
 --                  the nodes with the most free atoms first;
 --   3. lock        the chosen devices FOR UPDATE SKIP LOCKED in device_id order: a concurrent
@@ -256,6 +257,9 @@ CREATE FUNCTION compute.place_choose(p_candidates compute.placement_candidate[],
 RETURNS uuid[]
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    -- The draw of this call: the order of equal GPUs within a node, and of equally used nodes (spread).
+    v_seed bigint := (pg_catalog.random() * 9007199254740991)::bigint;
 BEGIN
     RETURN (WITH c AS (
         SELECT x.*,
@@ -273,6 +277,11 @@ BEGIN
                row_number() OVER (ORDER BY n.free >= p_count DESC,                      -- one node that fits, if any
                                            CASE WHEN n.free >= p_count THEN 0 ELSE -n.free END,  -- else fewest nodes
                                            CASE WHEN p_pack THEN -n.used ELSE n.used END,        -- pack or spread
+                                           -- equally used: pack fills node by node (pool order); spread
+                                           -- draws, so that concurrent placements on a fresh pool stop
+                                           -- reaching for the first node (a one-atom request's
+                                           -- candidates are one GPU per node: GPU index across nodes)
+                                           CASE WHEN p_pack THEN n.rank ELSE pg_catalog.hashtextextended(n.node_id::text, v_seed) END,
                                            n.rank) AS node_order
           FROM nodes AS n
     ), picked AS (
@@ -282,9 +291,8 @@ BEGIN
         -- lowest placement and slot first.
         SELECT c.atom_id, o.node_order, o.free,
                row_number() OVER (ORDER BY o.node_order, c.peer_score DESC,
-                                           pg_catalog.hashtextextended(c.device_id::text, s.seed), c.slice0, c.slot) AS k
+                                           pg_catalog.hashtextextended(c.device_id::text, v_seed), c.slice0, c.slot) AS k
           FROM c JOIN ordered_nodes AS o USING (node_id)
-         CROSS JOIN (SELECT (pg_catalog.random() * 9007199254740991)::bigint AS seed) AS s
     )
     SELECT CASE
         WHEN (SELECT count(*) FROM picked WHERE k <= p_count) < p_count THEN NULL

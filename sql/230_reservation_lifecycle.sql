@@ -171,6 +171,7 @@ DECLARE
     v_atoms      uuid[];
     v_fraction   numeric;
     v_kind       text;
+    v_limits     bigint[];     -- atoms_per_reservation, reservation_window_seconds, provisional_seconds: read once
 BEGIN
     -- 1. The request's fields, each of its type (nothing here depends on the time or on the fleet).
     IF p_request IS NULL OR pg_catalog.jsonb_typeof(p_request) <> 'object' THEN
@@ -208,6 +209,7 @@ BEGIN
     -- 3. The pool (the tenant's: another tenant's pool reads as missing; an operator's site has no
     --    tenant and is the operator's to book), its offering, and the window against now.
     v_pool := compute.pool_get(v_pool_id);
+    v_limits := compute.limits_get(ARRAY['atoms_per_reservation', 'reservation_window_seconds', 'provisional_seconds']);
     IF (SELECT s.tenant_id FROM compute.sites AS s WHERE s.site_id = v_pool.site_id) <> v_tenant_id THEN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no pool %s', v_pool_id),
             'List the pools in ops.pool_capacity, or create one with compute.pool_create.');
@@ -220,9 +222,9 @@ BEGIN
                                              WHERE o.pool_id = v_pool.pool_id AND o.instance_kind = v_kind) || '.',
                      'This pool offers nothing yet.'));
     END IF;
-    IF v_count < 1 OR v_count > least(v_offering.max_count, compute.limit('atoms_per_reservation')) THEN
+    IF v_count < 1 OR v_count > least(v_offering.max_count, v_limits[1]) THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('count %s is out of range', v_count),
-            pg_catalog.format('Ask for 1 to %s atoms of %s.', least(v_offering.max_count, compute.limit('atoms_per_reservation')), v_shape));
+            pg_catalog.format('Ask for 1 to %s atoms of %s.', least(v_offering.max_count, v_limits[1]), v_shape));
     END IF;
     v_start := coalesce(v_start, v_now);
     IF v_start < v_now - interval '1 minute' THEN
@@ -233,9 +235,9 @@ BEGIN
     IF v_end <= v_start THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'end must come after start', 'Pass an end later than the start (or than now).');
     END IF;
-    IF v_end - v_start > least(v_offering.max_duration, compute.limit('reservation_window_seconds') * interval '1 second') THEN
+    IF v_end - v_start > least(v_offering.max_duration, v_limits[2] * interval '1 second') THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('a window of %s is too long', v_end - v_start),
-            pg_catalog.format('Ask for at most %s.', least(v_offering.max_duration, compute.limit('reservation_window_seconds') * interval '1 second')));
+            pg_catalog.format('Ask for at most %s.', least(v_offering.max_duration, v_limits[2] * interval '1 second')));
     END IF;
     IF v_hold IS NOT NULL AND (v_hold < 1 OR v_hold > compute.limit('hold_seconds_max')) THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('hold_seconds %s is out of range', v_hold),
@@ -250,7 +252,7 @@ BEGIN
     INSERT INTO compute.reservations (reservation_id, tenant_id, project_id, site_id, pool_id, shape, count, during, same_node,
                                       state, expires_at, hold_seconds, hold_until, idempotency_key, request_hash, created_at, instance_kind)
     VALUES (v_id, v_tenant_id, v_project_id, v_pool.site_id, v_pool.pool_id, v_shape, v_count, v_during, v_same_node,
-            'provisional', v_now + compute.limit('provisional_seconds') * interval '1 second', v_hold,
+            'provisional', v_now + v_limits[3] * interval '1 second', v_hold,
             v_now + v_hold * interval '1 second', v_key, v_hash, v_now, v_kind)
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING;
     IF NOT FOUND THEN

@@ -1,0 +1,60 @@
+"""Statements per admission (issue 16 part 3; docs/capacity.md, "Statements per admission").
+
+One admission as the relay makes it (api.prepare, an allow, api.admit) on a small pack pool, its
+nested statements seen by auto_explain (as NOTICEs): compute_now reads no table while the clock is
+not pinned, and reserve_hold reads its three limits in one statement (compute.limits_get), so the
+clock's table is never read (14 times before) and compute.limit's one-limit statement runs at most
+five times per admission (8 before: the pending-admission bound, the admission's lifetime,
+placement's candidates, the payload bound of two outbox events).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from fleet import WHOLE, make_pool
+
+TENANT = "00000000-0000-4000-8000-0000000000c1"
+ADMISSIONS = 3
+
+
+def admission(sql: psycopg.Connection, pool_id: uuid.UUID) -> None:
+    start = datetime.now(timezone.utc) + timedelta(hours=1)
+    document = {"pool_id": str(pool_id), "shape": "gpu", "count": 1, "start": start.isoformat(),
+                "end": (start + timedelta(hours=2)).isoformat(), "idempotency_key": str(uuid.uuid4())}
+    prepared = sql.execute("SELECT api.prepare(%s, %s, %s)", ("reservations.create", TENANT, Jsonb(document))).fetchone()[0]
+    admitted = sql.execute("SELECT api.admit(%s, %s)", (prepared["admission_id"],
+                                                        Jsonb({"allowed": True, "principal": "user:a"}))).fetchone()[0]
+    assert "data" in admitted, admitted
+
+
+def statement_texts(sql: psycopg.Connection, pool_id: uuid.UUID) -> Counter[str]:
+    """The nested statements of ADMISSIONS admissions, by their text (whitespace folded)."""
+    notices: list[str] = []
+    sql.add_notice_handler(lambda notice: notices.append(notice.message_primary or ""))
+    sql.execute("LOAD 'auto_explain'")
+    for setting in ("auto_explain.log_nested_statements = on", "auto_explain.log_level = notice",
+                    "auto_explain.log_min_duration = 0", "client_min_messages = notice"):
+        sql.execute(f"SET {setting}")
+    for _ in range(ADMISSIONS):
+        admission(sql, pool_id)
+    sql.execute("SET auto_explain.log_min_duration = -1")
+    return Counter(re.sub(r"\s+", " ", notice.split("Query Text:", 1)[1]).strip()
+                   for notice in notices if "Query Text:" in notice)
+
+
+def test_admission_reads_the_clock_table_never_and_single_limits_at_most_five_times(sql: psycopg.Connection) -> None:
+    sql.autocommit = True
+    pool_id = make_pool(sql, [[WHOLE] * 8] * 4, tenant_id=TENANT)
+    admission(sql, pool_id)   # plans made before counting
+    texts = statement_texts(sql, pool_id)
+    clock = sum(n for text, n in texts.items() if "clock_control" in text)
+    limits = sum(n for text, n in texts.items() if text.startswith("SELECT l.value FROM compute.limits AS l WHERE l.name = p_name"))
+    assert clock == 0, f"compute_now read compute.clock_control {clock / ADMISSIONS} times per admission"
+    assert limits <= 5 * ADMISSIONS, f"compute.limit read a limit {limits / ADMISSIONS} times per admission"
