@@ -860,7 +860,7 @@ COMMENT ON FUNCTION compute.machine_json(compute.machines) IS 'A machine as oper
 
 -- Operators (ops, bc_operator; the API's machines.* methods call the same compute functions).
 CREATE FUNCTION compute.site_agent_register(p_agent_id uuid, p_site_id uuid, p_name text, p_public_key bytea,
-                                             p_signing_key bytea DEFAULT NULL)
+                                             p_signing_key bytea)
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
@@ -892,6 +892,12 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION compute.site_agent_register(uuid, uuid, text, bytea, bytea) IS 'Register a site agent (with this id), the X25519 public key credentials are sealed to and the Ed25519 key its results are signed with.';
+
+CREATE FUNCTION compute.site_agent_register(p_agent_id uuid, p_site_id uuid, p_name text, p_public_key bytea)
+RETURNS uuid
+LANGUAGE sql
+AS $$ SELECT compute.site_agent_register(p_agent_id, p_site_id, p_name, p_public_key, NULL) $$;
+COMMENT ON FUNCTION compute.site_agent_register(uuid, uuid, text, bytea) IS 'Register a site agent without a signing key (none of its results is applied until ops.site_agent_signing_key_set).';
 
 CREATE FUNCTION ops.site_agent_register(p_site_id uuid, p_name text, p_public_key bytea, p_signing_key bytea DEFAULT NULL) RETURNS uuid
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$

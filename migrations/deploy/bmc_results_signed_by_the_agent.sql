@@ -1,5 +1,5 @@
 -- Deploy better_compute:bmc_results_signed_by_the_agent to pg
--- BMC results signed by the site agent's Ed25519 key: relayed by site_api.op_result(agent, envelope), verified by a worker (bmc_ops.result) before they are applied
+-- BMC results signed by the site agent's Ed25519 key: relayed by site_api.op_result(agent, envelope), verified by a worker (bmc_ops.result) before they are applied; machines.registerAgent / ops.site_agent_register take the signing key
 -- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
@@ -18,9 +18,34 @@ ALTER TABLE compute.bmc_ops
 COMMENT ON COLUMN compute.bmc_ops.result_envelope IS 'The result of a running op as relayed (purpose bmc.result, signed by the agent), until a worker verified it with the agent''s signing key and applied it, or rejected it.';
 COMMENT ON COLUMN compute.bmc_ops.result_rejected IS 'Why a worker rejected the last result relayed for this op (its signature did not verify, ...): never applied.';
 
-DROP FUNCTION compute.site_agent_register(uuid,uuid,text,bytea);
 
 DROP FUNCTION ops.site_agent_register(uuid,text,bytea);
+
+CREATE OR REPLACE FUNCTION compute.api_machine_agent_json(p_agent compute.site_agents)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT pg_catalog.jsonb_build_object('agent_id', p_agent.agent_id, 'site_id', p_agent.site_id, 'name', p_agent.name,
+               'key_id', p_agent.key_id, 'public_key', pg_catalog.encode(p_agent.public_key, 'base64'),
+               'signing_key', pg_catalog.encode(p_agent.signing_key, 'base64'),
+               'created_at', p_agent.created_at, 'last_heard_at', p_agent.last_heard_at);
+$function$;
+
+COMMENT ON FUNCTION compute.api_machine_agent_json(compute.site_agents) IS 'A site agent as the API answers it (its public key: what credentials are sealed to; its signing key: what its results are verified with).';
+
+CREATE OR REPLACE FUNCTION compute.api_machines_register_agent(p_tenant_id uuid, p_resource_id text, p_input jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_agent_id uuid := compute.site_agent_register(p_resource_id::uuid, compute.input_uuid(p_input, 'site_id'),
+                                                   compute.input_text(p_input, 'name'), compute.api_input_bytes(p_input, 'public_key'),
+                                                   CASE WHEN p_input ? 'signing_key' THEN compute.api_input_bytes(p_input, 'signing_key') END);
+BEGIN
+    RETURN (SELECT compute.api_machine_agent_json(a) FROM compute.site_agents AS a WHERE a.agent_id = v_agent_id);
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.bmc_op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
  RETURNS text
@@ -204,7 +229,14 @@ $function$;
 
 COMMENT ON FUNCTION compute.bmc_op_result_verified(bigint,jsonb,bytea) IS 'A worker verified the relayed result with this (the agent''s current) signing key and that it covers this op and epoch: apply it (bmc_op_result); changed or fenced otherwise.';
 
-CREATE OR REPLACE FUNCTION compute.site_agent_register(p_agent_id uuid, p_site_id uuid, p_name text, p_public_key bytea, p_signing_key bytea DEFAULT NULL::bytea)
+CREATE OR REPLACE FUNCTION compute.site_agent_register(p_agent_id uuid, p_site_id uuid, p_name text, p_public_key bytea)
+ RETURNS uuid
+ LANGUAGE sql
+AS $function$ SELECT compute.site_agent_register(p_agent_id, p_site_id, p_name, p_public_key, NULL) $function$;
+
+COMMENT ON FUNCTION compute.site_agent_register(uuid,uuid,text,bytea) IS 'Register a site agent without a signing key (none of its results is applied until ops.site_agent_signing_key_set).';
+
+CREATE OR REPLACE FUNCTION compute.site_agent_register(p_agent_id uuid, p_site_id uuid, p_name text, p_public_key bytea, p_signing_key bytea)
  RETURNS uuid
  LANGUAGE plpgsql
 AS $function$
@@ -333,5 +365,10 @@ CREATE OR REPLACE FUNCTION worker_api.bmc_op_result_verified(p_op_id bigint, p_e
 AS $function$ SELECT compute.bmc_op_result_verified(p_op_id, p_envelope, p_signing_key) $function$;
 
 GRANT EXECUTE ON FUNCTION worker_api.bmc_op_result_verified(bigint,jsonb,bytea) TO bc_worker;
+
+-- By hand: machines.registerAgent takes the signing key.
+UPDATE api.methods SET summary = 'Register a site agent of a site, the X25519 public key BMC credentials are sealed to and the Ed25519 key its results are signed with.',
+       input_schema = '{"type": "object", "properties": {"site_id": {"$piece": "uuid"}, "name": {"$piece": "name"}, "public_key": {"type": "string", "pattern": "^[A-Za-z0-9+/]{43}=$"}, "signing_key": {"type": "string", "pattern": "^[A-Za-z0-9+/]{43}=$"}, "idempotency_key": {"$piece": "idempotency_key"}}, "required": ["site_id", "name", "public_key"], "additionalProperties": false}'
+ WHERE method = 'machines.registerAgent';
 
 COMMIT;

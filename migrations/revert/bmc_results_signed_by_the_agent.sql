@@ -1,5 +1,5 @@
 -- Revert better_compute:bmc_results_signed_by_the_agent from pg
--- BMC results signed by the site agent's Ed25519 key: relayed by site_api.op_result(agent, envelope), verified by a worker (bmc_ops.result) before they are applied
+-- BMC results signed by the site agent's Ed25519 key: relayed by site_api.op_result(agent, envelope), verified by a worker (bmc_ops.result) before they are applied; machines.registerAgent / ops.site_agent_register take the signing key
 -- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
@@ -33,6 +33,30 @@ DROP FUNCTION worker_api.bmc_op_result_rejected(bigint,jsonb,text);
 DROP FUNCTION worker_api.bmc_op_result_to_verify(bigint);
 
 DROP FUNCTION worker_api.bmc_op_result_verified(bigint,jsonb,bytea);
+
+CREATE OR REPLACE FUNCTION compute.api_machine_agent_json(p_agent compute.site_agents)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT pg_catalog.jsonb_build_object('agent_id', p_agent.agent_id, 'site_id', p_agent.site_id, 'name', p_agent.name,
+               'key_id', p_agent.key_id, 'public_key', pg_catalog.encode(p_agent.public_key, 'base64'),
+               'created_at', p_agent.created_at, 'last_heard_at', p_agent.last_heard_at);
+$function$;
+
+COMMENT ON FUNCTION compute.api_machine_agent_json(compute.site_agents) IS 'A site agent as the API answers it (its public key: what credentials are sealed to).';
+
+CREATE OR REPLACE FUNCTION compute.api_machines_register_agent(p_tenant_id uuid, p_resource_id text, p_input jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_agent_id uuid := compute.site_agent_register(p_resource_id::uuid, compute.input_uuid(p_input, 'site_id'),
+                                                   compute.input_text(p_input, 'name'), compute.api_input_bytes(p_input, 'public_key'));
+BEGIN
+    RETURN (SELECT compute.api_machine_agent_json(a) FROM compute.site_agents AS a WHERE a.agent_id = v_agent_id);
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION compute.bmc_op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
  RETURNS text
@@ -171,6 +195,11 @@ CREATE OR REPLACE FUNCTION site_api.op_result(p_agent_id uuid, p_op_id bigint, p
 AS $function$ SELECT compute.bmc_op_result(p_agent_id, p_op_id, p_epoch, p_outcome, p_result, p_error) $function$;
 
 COMMENT ON FUNCTION site_api.op_result(uuid,bigint,bigint,text,jsonb,text) IS NULL;
+
+-- By hand: machines.registerAgent as before.
+UPDATE api.methods SET summary = 'Register a site agent of a site and the X25519 public key BMC credentials are sealed to.',
+       input_schema = '{"type": "object", "properties": {"site_id": {"$piece": "uuid"}, "name": {"$piece": "name"}, "public_key": {"type": "string", "pattern": "^[A-Za-z0-9+/]{43}=$"}, "idempotency_key": {"$piece": "idempotency_key"}}, "required": ["site_id", "name", "public_key"], "additionalProperties": false}'
+ WHERE method = 'machines.registerAgent';
 
 -- By hand: the columns the deploy added.
 ALTER TABLE compute.bmc_ops DROP COLUMN result_envelope, DROP COLUMN result_rejected;

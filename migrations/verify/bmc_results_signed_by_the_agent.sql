@@ -1,5 +1,5 @@
 -- Verify better_compute:bmc_results_signed_by_the_agent on pg
--- BMC results signed by the site agent's Ed25519 key: relayed by site_api.op_result(agent, envelope), verified by a worker (bmc_ops.result) before they are applied
+-- BMC results signed by the site agent's Ed25519 key: relayed by site_api.op_result(agent, envelope), verified by a worker (bmc_ops.result) before they are applied; machines.registerAgent / ops.site_agent_register take the signing key
 -- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
@@ -30,8 +30,6 @@ SELECT 'worker_api.bmc_op_result_to_verify(bigint)'::regprocedure;
 
 SELECT 'worker_api.bmc_op_result_verified(bigint,jsonb,bytea)'::regprocedure;
 
-SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_proc WHERE oid::regprocedure::text = 'compute.site_agent_register(uuid,uuid,text,bytea)'))::int;
-
 SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_proc WHERE oid::regprocedure::text = 'ops.site_agent_register(uuid,text,bytea)'))::int;
 
 SELECT 1 / count(*)::int FROM pg_catalog.pg_constraint WHERE conrelid = 'compute.bmc_ops'::regclass AND conname = 'bmc_ops_result_rejected_check';
@@ -42,5 +40,10 @@ SELECT 1 / count(*)::int FROM pg_catalog.pg_constraint WHERE conrelid = 'compute
 SELECT signing_key FROM compute.site_agents WHERE false;
 
 SELECT result_envelope, result_rejected FROM compute.bmc_ops WHERE false;
+
+-- By hand: machines.registerAgent takes the signing key.
+SELECT 1 / count(*)::int FROM api.methods WHERE method = 'machines.registerAgent' AND input_schema -> 'properties' ? 'signing_key';
+
+SELECT 1 / (pg_catalog.strpos(pg_catalog.pg_get_functiondef('compute.api_machine_agent_json(compute.site_agents)'::regprocedure), 'signing_key') > 0)::int;
 
 ROLLBACK;
