@@ -52,10 +52,12 @@ CREATE TABLE compute.site_agents (
     key_id        text NOT NULL CONSTRAINT site_agents_key_id_check CHECK (key_id ~ '^[0-9a-f]{16}$'),
     created_at    timestamptz NOT NULL,
     last_heard_at timestamptz,
+    signing_key   bytea CONSTRAINT site_agents_signing_key_check CHECK (octet_length(signing_key) = 32),
     CONSTRAINT site_agents_site_id_name_key UNIQUE (site_id, name),
     CONSTRAINT site_agents_key_id_is_the_key_digest CHECK (key_id = left(pg_catalog.encode(pg_catalog.sha256(public_key), 'hex'), 16))
 );
 COMMENT ON TABLE compute.site_agents IS 'Site agents: the X25519 public key BMC credentials are sealed to (only the agent holds the private key).';
+COMMENT ON COLUMN compute.site_agents.signing_key IS 'The agent''s Ed25519 public key (raw, 32 bytes): a worker applies a BMC result only when it verifies with it (P14); none: no result of the agent is applied.';
 
 CREATE TABLE compute.machine_states (
     state         text CONSTRAINT machine_states_pkey PRIMARY KEY,
@@ -181,12 +183,16 @@ CREATE TABLE compute.bmc_ops (
     finished_at timestamptz,
     result      jsonb,
     error       text CONSTRAINT bmc_ops_error_check CHECK (length(error) <= 2000),
+    result_envelope jsonb,
+    result_rejected text CONSTRAINT bmc_ops_result_rejected_check CHECK (length(result_rejected) <= 2000),
     CONSTRAINT bmc_ops_signed_unless_unsigned CHECK ((state = 'unsigned') = (envelope IS NULL))
 );
 CREATE UNIQUE INDEX bmc_ops_one_live ON compute.bmc_ops (machine_id) WHERE state IN ('unsigned', 'queued', 'running');
 CREATE INDEX bmc_ops_agent_live ON compute.bmc_ops (agent_id, op_id) WHERE state IN ('queued', 'running');
 CREATE INDEX bmc_ops_machine ON compute.bmc_ops (machine_id, op_id);
 COMMENT ON TABLE compute.bmc_ops IS 'BMC operations: at most one live (unsigned, queued or running) per machine; signed by a worker before an agent claims it; results are accepted only with the op''s epoch.';
+COMMENT ON COLUMN compute.bmc_ops.result_envelope IS 'The result of a running op as relayed (purpose bmc.result, signed by the agent), until a worker verified it with the agent''s signing key and applied it, or rejected it.';
+COMMENT ON COLUMN compute.bmc_ops.result_rejected IS 'Why a worker rejected the last result relayed for this op (its signature did not verify, ...): never applied.';
 
 INSERT INTO compute.work_periodic (kind, every) VALUES ('machines.sweep', interval '5 seconds');
 
@@ -648,6 +654,24 @@ END
 $$;
 COMMENT ON FUNCTION compute.bmc_ops_claim(uuid, integer) IS 'Queued (signed) ops of the agent, now running (at most bmc_sessions_per_agent running): their envelopes and the sealed credentials.';
 
+CREATE FUNCTION compute.bmc_op_result_check(p_outcome text, p_result jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_outcome IS NULL OR p_outcome NOT IN ('succeeded', 'failed', 'unreachable') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('unknown outcome %L', p_outcome), 'Use succeeded, failed or unreachable.');
+    END IF;
+    IF p_result IS NULL OR pg_catalog.jsonb_typeof(p_result) <> 'object'
+       OR (p_result ? 'credentials_version' AND coalesce(p_result ->> 'credentials_version', '') !~ '^[0-9]{1,9}$')
+       OR (p_result ? 'join_token_sha256' AND coalesce(p_result ->> 'join_token_sha256', '') !~ '^[0-9a-f]{64}$') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a BMC operation''s result is an object; credentials_version a number, join_token_sha256 64 hex digits',
+            'Upgrade the site agent.');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.bmc_op_result_check(text, jsonb) IS 'INVALID_ARGUMENT unless the outcome and result of a BMC operation are well formed.';
+
 CREATE FUNCTION compute.bmc_op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
 RETURNS text
 LANGUAGE plpgsql
@@ -661,15 +685,7 @@ DECLARE
     v_secret_sha bytea;
     v_token_id uuid;
 BEGIN
-    IF p_outcome IS NULL OR p_outcome NOT IN ('succeeded', 'failed', 'unreachable') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('unknown outcome %L', p_outcome), 'Use succeeded, failed or unreachable.');
-    END IF;
-    IF p_result IS NULL OR pg_catalog.jsonb_typeof(p_result) <> 'object'
-       OR (p_result ? 'credentials_version' AND coalesce(p_result ->> 'credentials_version', '') !~ '^[0-9]{1,9}$')
-       OR (p_result ? 'join_token_sha256' AND coalesce(p_result ->> 'join_token_sha256', '') !~ '^[0-9a-f]{64}$') THEN
-        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a BMC operation''s result is an object; credentials_version a number, join_token_sha256 64 hex digits',
-            'Upgrade the site agent.');
-    END IF;
+    PERFORM compute.bmc_op_result_check(p_outcome, p_result);
     SELECT * INTO v_machine FROM compute.machines AS m
      WHERE m.machine_id = (SELECT o.machine_id FROM compute.bmc_ops AS o WHERE o.op_id = p_op_id) FOR UPDATE;
     SELECT * INTO v_op FROM compute.bmc_ops AS o WHERE o.op_id = p_op_id FOR UPDATE;
@@ -736,6 +752,95 @@ $$;
 COMMENT ON FUNCTION compute.bmc_op_result(uuid, bigint, bigint, text, jsonb, text) IS
     'The result of a running op with its epoch (FENCED otherwise): advance the step, count a failure, or mark the BMC unreachable.';
 
+-- Results signed by the agent (P14). PostgreSQL 15 cannot verify Ed25519: the relay only appends
+-- the envelope to the running op (bmc_op_result_append, FENCED unless it names the live op and epoch
+-- of this agent), and a worker verifies it with the agent's registered signing key before
+-- bmc_op_result applies it (bmc_op_result_verified), or rejects it (bmc_op_result_rejected: never
+-- applied; the op is taken back after bmc_op_seconds like any op whose agent went quiet).
+-- Envelope: {"v": 1, "purpose": "bmc.result", "body": {op_id, epoch, machine_id, agent_id, outcome,
+-- result, error}, "sig"} (py/better_compute/pki/signing.py).
+CREATE FUNCTION compute.bmc_op_result_append(p_agent_id uuid, p_envelope jsonb)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the op row only.
+DECLARE
+    v_body jsonb := p_envelope -> 'body';
+    v_op   compute.bmc_ops;
+BEGIN
+    IF p_envelope IS NULL OR pg_catalog.jsonb_typeof(p_envelope) <> 'object' OR p_envelope -> 'v' IS DISTINCT FROM '1'::jsonb
+       OR p_envelope ->> 'purpose' IS DISTINCT FROM 'bmc.result' OR pg_catalog.jsonb_typeof(p_envelope -> 'sig') IS DISTINCT FROM 'string'
+       OR pg_catalog.jsonb_typeof(v_body) IS DISTINCT FROM 'object'
+       OR pg_catalog.jsonb_typeof(v_body -> 'op_id') IS DISTINCT FROM 'number' OR pg_catalog.jsonb_typeof(v_body -> 'epoch') IS DISTINCT FROM 'number'
+       OR pg_catalog.jsonb_typeof(v_body -> 'error') NOT IN ('string', 'null') THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a BMC result is an envelope {v: 1, purpose: bmc.result, body: {op_id, epoch, machine_id, agent_id, outcome, result, error}, sig} signed by the agent',
+            'Upgrade the site agent: it signs its results with its signing key (ops.site_agent_register / ops.site_agent_signing_key_set).');
+    END IF;
+    PERFORM compute.bmc_op_result_check(v_body ->> 'outcome', v_body -> 'result');
+    SELECT * INTO v_op FROM compute.bmc_ops AS o
+     WHERE o.op_id = (v_body ->> 'op_id')::numeric AND o.state = 'running' AND o.epoch = (v_body ->> 'epoch')::numeric FOR UPDATE;
+    IF NOT FOUND OR v_op.agent_id <> p_agent_id OR v_body ->> 'agent_id' IS DISTINCT FROM p_agent_id::text
+       OR v_body ->> 'machine_id' IS DISTINCT FROM v_op.machine_id::text THEN
+        PERFORM compute.raise_error('FENCED', pg_catalog.format('BMC operation %s epoch %s is not a live one of agent %s',
+            v_body ->> 'op_id', v_body ->> 'epoch', p_agent_id),
+            'The operation was taken back, cancelled or already answered: drop this result.');
+    END IF;
+    UPDATE compute.bmc_ops SET result_envelope = p_envelope WHERE op_id = v_op.op_id;
+    PERFORM compute.work_poke('bmc_ops.result', v_op.op_id::text, '{}', NULL, 1);  -- a worker verifies and applies it (P14)
+    RETURN 'relayed';
+END
+$$;
+COMMENT ON FUNCTION compute.bmc_op_result_append(uuid, jsonb) IS
+    'Relay a result envelope signed by the agent to its running op (FENCED unless live, INVALID_ARGUMENT unless well formed); a worker verifies and applies it.';
+
+CREATE FUNCTION compute.bmc_op_result_to_verify(p_op_id bigint)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.jsonb_build_object('envelope', o.result_envelope, 'agent_id', o.agent_id, 'machine_id', o.machine_id,
+               'epoch', o.epoch, 'signing_key', pg_catalog.encode(a.signing_key, 'base64'))
+      FROM compute.bmc_ops AS o JOIN compute.site_agents AS a ON a.agent_id = o.agent_id
+     WHERE o.op_id = p_op_id AND o.result_envelope IS NOT NULL
+$$;
+COMMENT ON FUNCTION compute.bmc_op_result_to_verify(bigint) IS 'The result envelope relayed for an op, with the agent''s signing key (base64, raw Ed25519; null: none registered) to verify it with; NULL when none waits.';
+
+CREATE FUNCTION compute.bmc_op_result_verified(p_op_id bigint, p_envelope jsonb, p_signing_key bytea)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the machine row, then the op row (as bmc_op_result).
+DECLARE
+    v_op   compute.bmc_ops;
+    v_body jsonb := p_envelope -> 'body';
+BEGIN
+    PERFORM 1 FROM compute.machines AS m
+     WHERE m.machine_id = (SELECT o.machine_id FROM compute.bmc_ops AS o WHERE o.op_id = p_op_id) FOR UPDATE;
+    SELECT * INTO v_op FROM compute.bmc_ops AS o WHERE o.op_id = p_op_id FOR UPDATE;
+    IF NOT FOUND OR v_op.result_envelope IS DISTINCT FROM p_envelope
+       OR p_signing_key IS DISTINCT FROM (SELECT a.signing_key FROM compute.site_agents AS a WHERE a.agent_id = v_op.agent_id) THEN
+        RETURN 'changed';  -- another result was relayed, or the key changed, meanwhile: the worker looks again
+    END IF;
+    UPDATE compute.bmc_ops SET result_envelope = NULL WHERE op_id = p_op_id;
+    IF v_op.state <> 'running' OR (SELECT m.op_epoch FROM compute.machines AS m WHERE m.machine_id = v_op.machine_id) <> v_op.epoch THEN
+        RETURN 'fenced';  -- taken back or cancelled since it was relayed
+    END IF;
+    RETURN compute.bmc_op_result(v_op.agent_id, v_op.op_id, v_op.epoch, v_body ->> 'outcome', v_body -> 'result', v_body ->> 'error');
+END
+$$;
+COMMENT ON FUNCTION compute.bmc_op_result_verified(bigint, jsonb, bytea) IS
+    'A worker verified the relayed result with this (the agent''s current) signing key and that it covers this op and epoch: apply it (bmc_op_result); changed or fenced otherwise.';
+
+CREATE FUNCTION compute.bmc_op_result_rejected(p_op_id bigint, p_envelope jsonb, p_reason text)
+RETURNS boolean
+LANGUAGE sql
+AS $$
+    UPDATE compute.bmc_ops SET result_envelope = NULL, result_rejected = left(coalesce(p_reason, 'rejected'), 2000)
+     WHERE op_id = p_op_id AND result_envelope = p_envelope
+    RETURNING true
+$$;
+COMMENT ON FUNCTION compute.bmc_op_result_rejected(bigint, jsonb, text) IS
+    'A worker found that the relayed result does not verify with the agent''s signing key (or covers another op): dropped, the reason kept; never applied.';
+
 CREATE FUNCTION compute.machine_json(p_machine compute.machines)
 RETURNS jsonb
 LANGUAGE sql STABLE
@@ -754,7 +859,8 @@ $$;
 COMMENT ON FUNCTION compute.machine_json(compute.machines) IS 'A machine as operators see it (never its credentials: only their version).';
 
 -- Operators (ops, bc_operator; the API's machines.* methods call the same compute functions).
-CREATE FUNCTION compute.site_agent_register(p_agent_id uuid, p_site_id uuid, p_name text, p_public_key bytea)
+CREATE FUNCTION compute.site_agent_register(p_agent_id uuid, p_site_id uuid, p_name text, p_public_key bytea,
+                                             p_signing_key bytea)
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
@@ -763,6 +869,10 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'a site agent key is 32 bytes (raw X25519 public key)',
             'Run better-compute serve site-agent --print-public-key and pass what it prints.');
     END IF;
+    IF octet_length(p_signing_key) <> 32 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a site agent''s signing key is 32 bytes (raw Ed25519 public key)',
+            'Run better-compute serve site-agent --print-public-key and pass the signing key it prints.');
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM compute.sites AS s WHERE s.site_id = p_site_id) THEN
         PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no site %s', p_site_id), 'List the sites in ops.pool_capacity.');
     END IF;
@@ -770,9 +880,9 @@ BEGIN
         PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('invalid site agent name %L', p_name),
             'Use lower-case letters, digits, ".", "_" and "-" (at most 63).');
     END IF;
-    INSERT INTO compute.site_agents (agent_id, site_id, name, public_key, key_id, created_at)
+    INSERT INTO compute.site_agents (agent_id, site_id, name, public_key, key_id, created_at, signing_key)
     VALUES (p_agent_id, p_site_id, p_name, p_public_key, left(pg_catalog.encode(pg_catalog.sha256(p_public_key), 'hex'), 16),
-            compute.compute_now())
+            compute.compute_now(), p_signing_key)
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         PERFORM compute.raise_error('ALREADY_EXISTS', pg_catalog.format('site agent %s exists in site %s', p_name, p_site_id),
@@ -781,13 +891,41 @@ BEGIN
     RETURN p_agent_id;
 END
 $$;
-COMMENT ON FUNCTION compute.site_agent_register(uuid, uuid, text, bytea) IS 'Register a site agent (with this id) and the X25519 public key credentials are sealed to.';
+COMMENT ON FUNCTION compute.site_agent_register(uuid, uuid, text, bytea, bytea) IS 'Register a site agent (with this id), the X25519 public key credentials are sealed to and the Ed25519 key its results are signed with.';
 
-CREATE FUNCTION ops.site_agent_register(p_site_id uuid, p_name text, p_public_key bytea) RETURNS uuid
+CREATE FUNCTION compute.site_agent_register(p_agent_id uuid, p_site_id uuid, p_name text, p_public_key bytea)
+RETURNS uuid
+LANGUAGE sql
+AS $$ SELECT compute.site_agent_register(p_agent_id, p_site_id, p_name, p_public_key, NULL) $$;
+COMMENT ON FUNCTION compute.site_agent_register(uuid, uuid, text, bytea) IS 'Register a site agent without a signing key (none of its results is applied until ops.site_agent_signing_key_set).';
+
+CREATE FUNCTION ops.site_agent_register(p_site_id uuid, p_name text, p_public_key bytea, p_signing_key bytea DEFAULT NULL) RETURNS uuid
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
-    SELECT compute.site_agent_register(pg_catalog.gen_random_uuid(), p_site_id, p_name, p_public_key)
+    SELECT compute.site_agent_register(pg_catalog.gen_random_uuid(), p_site_id, p_name, p_public_key, p_signing_key)
 $$;
-COMMENT ON FUNCTION ops.site_agent_register(uuid, text, bytea) IS 'Register a site agent and the X25519 public key credentials are sealed to.';
+COMMENT ON FUNCTION ops.site_agent_register(uuid, text, bytea, bytea) IS 'Register a site agent, the X25519 public key credentials are sealed to and the Ed25519 key its results are signed with (without one, none of its results is applied).';
+
+CREATE FUNCTION compute.site_agent_signing_key_set(p_agent_id uuid, p_signing_key bytea)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_signing_key IS NULL OR octet_length(p_signing_key) <> 32 THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', 'a site agent''s signing key is 32 bytes (raw Ed25519 public key)',
+            'Run better-compute serve site-agent --print-public-key and pass the signing key it prints.');
+    END IF;
+    UPDATE compute.site_agents SET signing_key = p_signing_key WHERE agent_id = p_agent_id;
+    IF NOT FOUND THEN
+        PERFORM compute.raise_error('NOT_FOUND', pg_catalog.format('no site agent %s', p_agent_id), 'List them in ops.site_agents.');
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION compute.site_agent_signing_key_set(uuid, bytea) IS 'Set (or rotate) the Ed25519 key a site agent signs its results with; results relayed before and not yet verified are checked against the new key.';
+
+CREATE FUNCTION ops.site_agent_signing_key_set(p_agent_id uuid, p_signing_key bytea) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.site_agent_signing_key_set(p_agent_id, p_signing_key) $$;
+COMMENT ON FUNCTION ops.site_agent_signing_key_set(uuid, bytea) IS 'Set (or rotate) the Ed25519 key a site agent signs its BMC results with (an agent registered without one has none of its results applied).';
 
 CREATE FUNCTION compute.machine_enroll(p_machine_id uuid, p_agent_id uuid, p_pool_id uuid, p_name text, p_bmc_address text,
                                        p_system_uuid text, p_image_url text, p_credentials_key_id text, p_credentials_box bytea)
@@ -967,9 +1105,10 @@ LANGUAGE sql STABLE
 AS $$
     SELECT pg_catalog.jsonb_build_object('agent_id', p_agent.agent_id, 'site_id', p_agent.site_id, 'name', p_agent.name,
                'key_id', p_agent.key_id, 'public_key', pg_catalog.encode(p_agent.public_key, 'base64'),
+               'signing_key', pg_catalog.encode(p_agent.signing_key, 'base64'),
                'created_at', p_agent.created_at, 'last_heard_at', p_agent.last_heard_at);
 $$;
-COMMENT ON FUNCTION compute.api_machine_agent_json(compute.site_agents) IS 'A site agent as the API answers it (its public key: what credentials are sealed to).';
+COMMENT ON FUNCTION compute.api_machine_agent_json(compute.site_agents) IS 'A site agent as the API answers it (its public key: what credentials are sealed to; its signing key: what its results are verified with).';
 
 CREATE FUNCTION compute.api_input_bytes(p_input jsonb, p_field text)
 RETURNS bytea
@@ -990,7 +1129,8 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_agent_id uuid := compute.site_agent_register(p_resource_id::uuid, compute.input_uuid(p_input, 'site_id'),
-                                                   compute.input_text(p_input, 'name'), compute.api_input_bytes(p_input, 'public_key'));
+                                                   compute.input_text(p_input, 'name'), compute.api_input_bytes(p_input, 'public_key'),
+                                                   CASE WHEN p_input ? 'signing_key' THEN compute.api_input_bytes(p_input, 'signing_key') END);
 BEGIN
     RETURN (SELECT compute.api_machine_agent_json(a) FROM compute.site_agents AS a WHERE a.agent_id = v_agent_id);
 END
@@ -1072,8 +1212,8 @@ COMMENT ON FUNCTION compute.api_machines_show(uuid, jsonb) IS 'machines.show';
 INSERT INTO api.methods (method, action, resource_type, kind, summary, input_schema, function, resource_key, parent_type,
                          parent_key, prepare_function, void_function, event_type) VALUES
     ('machines.registerAgent', 'compute:machines:registerAgent', 'compute-site-agent', 'mutation',
-     'Register a site agent of a site and the X25519 public key BMC credentials are sealed to.',
-     '{"type":"object","properties":{"site_id":{"$piece":"uuid"},"name":{"$piece":"name"},"public_key":{"type":"string","pattern":"^[A-Za-z0-9+/]{43}=$"},"idempotency_key":{"$piece":"idempotency_key"}},"required":["site_id","name","public_key"],"additionalProperties":false}',
+     'Register a site agent of a site, the X25519 public key BMC credentials are sealed to and the Ed25519 key its results are signed with.',
+     '{"type":"object","properties":{"site_id":{"$piece":"uuid"},"name":{"$piece":"name"},"public_key":{"type":"string","pattern":"^[A-Za-z0-9+/]{43}=$"},"signing_key":{"type":"string","pattern":"^[A-Za-z0-9+/]{43}=$"},"idempotency_key":{"$piece":"idempotency_key"}},"required":["site_id","name","public_key"],"additionalProperties":false}',
      'compute.api_machines_register_agent(uuid, text, jsonb)', NULL, 'compute-site', 'site_id', NULL, NULL, NULL),
     ('machines.agents', 'compute:machines:agents', 'compute-site-agent', 'read',
      'The site agents (of one site) and the public keys to seal BMC credentials to.',
@@ -1122,6 +1262,12 @@ CREATE FUNCTION worker_api.bmc_op_to_sign(p_op_id bigint) RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_to_sign(p_op_id) $$;
 CREATE FUNCTION worker_api.bmc_op_signed(p_op_id bigint, p_envelope jsonb) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_signed(p_op_id, p_envelope) $$;
+CREATE FUNCTION worker_api.bmc_op_result_to_verify(p_op_id bigint) RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_result_to_verify(p_op_id) $$;
+CREATE FUNCTION worker_api.bmc_op_result_verified(p_op_id bigint, p_envelope jsonb, p_signing_key bytea) RETURNS text
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_result_verified(p_op_id, p_envelope, p_signing_key) $$;
+CREATE FUNCTION worker_api.bmc_op_result_rejected(p_op_id bigint, p_envelope jsonb, p_reason text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_result_rejected(p_op_id, p_envelope, p_reason) $$;
 
 -- Site agents (site_api, bc_site_agent).
 CREATE FUNCTION site_api.now() RETURNS timestamptz
@@ -1137,4 +1283,14 @@ CREATE FUNCTION site_api.ops_claim(p_agent_id uuid, p_limit integer DEFAULT NULL
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_ops_claim(p_agent_id, p_limit) $$;
 CREATE FUNCTION site_api.op_result(p_agent_id uuid, p_op_id bigint, p_epoch bigint, p_outcome text, p_result jsonb, p_error text)
 RETURNS text
-LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_result(p_agent_id, p_op_id, p_epoch, p_outcome, p_result, p_error) $$;
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    PERFORM compute.raise_error('UNSUPPORTED', 'unsigned BMC results are not accepted: a result is signed by the agent',
+        'Upgrade the site agent: it answers site_api.op_result(agent_id, envelope) with the result signed by its signing key.');
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION site_api.op_result(uuid, bigint, bigint, text, jsonb, text) IS 'Removed: UNSUPPORTED (results are signed by the agent: site_api.op_result(agent_id, envelope)).';
+CREATE FUNCTION site_api.op_result(p_agent_id uuid, p_envelope jsonb) RETURNS text
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.bmc_op_result_append(p_agent_id, p_envelope) $$;
+COMMENT ON FUNCTION site_api.op_result(uuid, jsonb) IS 'Relay the agent''s signed result of a running op (purpose bmc.result); a worker verifies it with the agent''s signing key and applies it.';

@@ -27,7 +27,9 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import psycopg
 
+from better_compute.pki import IntentSigner
 from better_compute.sealing import SecretKeyring, seal
+from better_compute.siteagent.cli import raw_public_key
 from gateway_support import REPO, GatewayProcess
 from node_support import BCD, H200_INVENTORY, SECONDS
 
@@ -117,21 +119,23 @@ class Agent:
     agent_id: uuid.UUID
     keyring: SecretKeyring
     log_path: Path
+    signing_key: Path
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
 
 def register_agent(sql: psycopg.Connection, site_id: uuid.UUID, key_path: Path) -> Agent:
-    keyring = SecretKeyring(key_path)
-    agent_id = sql.execute("SELECT ops.site_agent_register(%s, 'agent-1', %s)", (site_id, keyring.public_key)).fetchone()[0]
-    return Agent(agent_id, keyring, Path(tempfile.mkstemp(prefix="site-agent-", suffix=".log")[1]))
+    keyring, signing_key = SecretKeyring(key_path), key_path.with_suffix(".signing.key")
+    agent_id = sql.execute("SELECT ops.site_agent_register(%s, 'agent-1', %s, %s)",
+                           (site_id, keyring.public_key, raw_public_key(IntentSigner(signing_key)))).fetchone()[0]
+    return Agent(agent_id, keyring, Path(tempfile.mkstemp(prefix="site-agent-", suffix=".log")[1]), signing_key)
 
 
 def agent_argv(dsn: str, agent: Agent, intent_key: Path) -> list[str]:
     """`serve site-agent` for `agent`, trusting operations signed by the workers' `intent_key`."""
     return ["site-agent", "--dsn", dsn, "--agent-id", str(agent.agent_id), "--key", str(agent.keyring.current_path),
-            "--intent-key", str(intent_key)]
+            "--signing-key", str(agent.signing_key), "--intent-key", str(intent_key)]
 
 
 @contextmanager

@@ -60,7 +60,7 @@ class Session(threading.Thread):
                         "WHERE state IN ('unsigned', 'queued', 'running') GROUP BY machine_id) AS live").fetchone()[0])
                     for op in conn.execute("SELECT site_api.ops_claim(%s, 1)", (self.agent,)).fetchone()[0]:
                         self.claimed.append(op["op_id"])
-                        conn.execute("SELECT site_api.op_result(%s, %s, %s, 'unreachable', '{}', 'race')",
+                        conn.execute("SELECT compute.bmc_op_result(%s, %s, %s, 'unreachable', '{}', 'race')",
                                      (self.agent, op["op_id"], op["epoch"]))
                 except psycopg.Error as error:
                     if error.sqlstate == "BC410":

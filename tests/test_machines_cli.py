@@ -16,7 +16,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from better_compute.pki import IntentSigner
 from better_compute.sealing import SecretKeyring, key_id_of
+from better_compute.siteagent.cli import raw_public_key
 from fleet import H200_MODEL
 from gateway_support import REPO
 from iam_server import statement, write_static_iam
@@ -51,9 +53,11 @@ def test_operator_enrolls_moves_lists_and_shows_a_machine_through_the_api(db: ps
     pool = db.execute("SELECT compute.pool_create(%s, 'h200', %s)", (site, H200_MODEL)).fetchone()[0]
     db.commit()
     keyring = SecretKeyring(tmp_path / "agent.key")
+    signing_key = base64.b64encode(raw_public_key(IntentSigner(tmp_path / "signing.key"))).decode()
     agent = data(cli(relay, "register-agent", "--site-id", str(site), "--name", "agent-1",
-                     "--public-key", base64.b64encode(keyring.public_key).decode()))
+                     "--public-key", base64.b64encode(keyring.public_key).decode(), "--signing-key", signing_key))
     assert isinstance(agent, dict) and agent["key_id"] == key_id_of(keyring.public_key)
+    assert agent["signing_key"] == signing_key
     (tmp_path / "password").write_text(PASSWORD + "\n")
     enrolled = cli(relay, "enroll", "--agent-id", agent["agent_id"], "--pool-id", str(pool), "--name", "bm-01",
                    "--bmc-address", "https://10.0.0.7", "--system-uuid", "4c4c4544-0042-3010-8052-b4c04f4b4e32",

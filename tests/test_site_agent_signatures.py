@@ -15,6 +15,9 @@ from better_compute.db import Database
 from better_compute.pki import IntentSigner
 from better_compute.sealing import SecretKeyring, seal
 from better_compute.siteagent.agent import SiteAgent
+from better_compute.siteagent.cli import raw_public_key
+from better_compute.worker.bmc_results import apply_bmc_result
+from better_compute.worker.runtime import WorkItem
 from better_compute.siteagent.redfish import Credentials
 from fleet import H200_MODEL
 
@@ -30,10 +33,11 @@ class RecordingBmc:
         return {"system_uuid": args["system_uuid"]}
 
 
-def machine_with_an_op(db: psycopg.Connection, keyring: SecretKeyring) -> tuple[uuid.UUID, uuid.UUID, int]:
+def machine_with_an_op(db: psycopg.Connection, keyring: SecretKeyring, signer: IntentSigner) -> tuple[uuid.UUID, uuid.UUID, int]:
     site = db.execute("SELECT compute.site_create('rack-sig')").fetchone()[0]
     pool = db.execute("SELECT compute.pool_create(%s, 'h200', %s)", (site, H200_MODEL)).fetchone()[0]
-    agent = db.execute("SELECT ops.site_agent_register(%s, 'agent', %s)", (site, keyring.public_key)).fetchone()[0]
+    agent = db.execute("SELECT ops.site_agent_register(%s, 'agent', %s, %s)",
+                       (site, keyring.public_key, raw_public_key(signer))).fetchone()[0]
     machine = uuid.uuid4()
     box = seal(keyring.public_key, json.dumps({"username": "root", "password": "pw"}), aad=str(machine).encode())
     db.execute("SELECT ops.machine_enroll(%s, %s, %s, 'bm-1', 'https://10.0.0.7', %s, 'http://images/bcd.iso', %s, %s)",
@@ -45,23 +49,32 @@ def machine_with_an_op(db: psycopg.Connection, keyring: SecretKeyring) -> tuple[
     return agent, machine, op_id
 
 
-def run_once(db_dsn: str, agent_id: uuid.UUID, keyring: SecretKeyring, intent: IntentSigner) -> None:
+def run_once(db_dsn: str, agent_id: uuid.UUID, keyring: SecretKeyring, intent: IntentSigner, signer: IntentSigner, op_id: int) -> None:
+    """Claim and run one op with the agent, then apply its result as the worker does."""
     with Database(db_dsn, role="bc_site_agent") as agent_db:
-        agent = SiteAgent(agent_db, agent_id, keyring, intent.private_key.public_key(), 1, RecordingBmc)  # type: ignore[arg-type]
+        agent = SiteAgent(agent_db, agent_id, keyring, intent.private_key.public_key(), signer, 1, RecordingBmc)  # type: ignore[arg-type]
         assert agent.claim() == 1
         agent.pool.shutdown(wait=True)
+    apply_result(db_dsn, op_id)
+
+
+def apply_result(db_dsn: str, op_id: int) -> None:
+    """What the worker's bmc_ops.result handler does with the result relayed for an op."""
+    with Database(db_dsn, role="bc_worker") as worker_db:
+        apply_bmc_result(worker_db)(WorkItem(0, "bmc_ops.result", str(op_id), {}, 1, 1))
 
 
 def test_an_op_signed_by_another_key_never_reaches_the_bmc(db: psycopg.Connection, db_dsn: str, tmp_path: Path) -> None:
     keyring, intent, forger = SecretKeyring(tmp_path / "agent.key"), IntentSigner(tmp_path / "intent.key"), IntentSigner(tmp_path / "forger.key")
-    agent, machine, op_id = machine_with_an_op(db, keyring)
+    signer = IntentSigner(tmp_path / "signing.key")
+    agent, machine, op_id = machine_with_an_op(db, keyring, signer)
     body = db.execute("SELECT worker_api.bmc_op_to_sign(%s)", (op_id,)).fetchone()[0]
     moved = body | {"bmc_address": "https://attacker.example"}
     assert db.execute("SELECT worker_api.bmc_op_signed(%s, %s)", (op_id, json.dumps(intent.sign("bmc.op", moved)))).fetchone()[0] is False
     assert db.execute("SELECT worker_api.bmc_op_signed(%s, %s)", (op_id, json.dumps(forger.sign("bmc.op", body)))).fetchone()[0] is True
     db.commit()
     RecordingBmc.calls = []
-    run_once(db_dsn, agent, keyring, intent)
+    run_once(db_dsn, agent, keyring, intent, signer, op_id)
     assert RecordingBmc.calls == []
     assert db.execute("SELECT state, error FROM compute.bmc_ops WHERE op_id = %s", (op_id,)).fetchone()[0] == "failed"
     assert "signature does not verify" in db.execute("SELECT last_error FROM compute.machines WHERE machine_id = %s",
@@ -70,12 +83,13 @@ def test_an_op_signed_by_another_key_never_reaches_the_bmc(db: psycopg.Connectio
 
 def test_a_signed_op_reaches_the_address_it_covers(db: psycopg.Connection, db_dsn: str, tmp_path: Path) -> None:
     keyring, intent = SecretKeyring(tmp_path / "agent.key"), IntentSigner(tmp_path / "intent.key")
-    agent, machine, op_id = machine_with_an_op(db, keyring)
+    signer = IntentSigner(tmp_path / "signing.key")
+    agent, machine, op_id = machine_with_an_op(db, keyring, signer)
     body = db.execute("SELECT worker_api.bmc_op_to_sign(%s)", (op_id,)).fetchone()[0]
     db.execute("SELECT worker_api.bmc_op_signed(%s, %s)", (op_id, json.dumps(intent.sign("bmc.op", body))))
     db.commit()
     RecordingBmc.calls = []
-    run_once(db_dsn, agent, keyring, intent)
+    run_once(db_dsn, agent, keyring, intent, signer, op_id)
     assert RecordingBmc.calls == [("https://10.0.0.7", "verify", "pw")]
     assert db.execute("SELECT state FROM compute.machines WHERE machine_id = %s", (machine,)).fetchone()[0] == "verifying"
     assert db.execute("SELECT step FROM compute.machines WHERE machine_id = %s", (machine,)).fetchone()[0] == 1

@@ -16,13 +16,13 @@ SELECT pgtap_fixtures.machine_sign(:'machine');
 SELECT site_api.ops_claim(:'agent') -> 0 AS first \gset
 SELECT compute.clock_advance(compute.limit('bmc_op_seconds') * interval '1 second', true);
 SELECT is(compute.machine_reconcile(:'machine'), 'issued verify', 'a running op past its deadline is taken back and issued again');
-SELECT throws_ok(format('SELECT site_api.op_result(%L, %s, %s, ''succeeded'', ''{}'', NULL)', :'agent',
+SELECT throws_ok(format('SELECT compute.bmc_op_result(%L, %s, %s, ''succeeded'', ''{}'', NULL)', :'agent',
                         :'first'::jsonb ->> 'op_id', :'first'::jsonb ->> 'epoch'),
                  'BC410', NULL, 'the late result of the old epoch is FENCED');
 SELECT pgtap_fixtures.machine_sign(:'machine');
 SELECT site_api.ops_claim(:'agent') -> 0 AS second \gset
 SELECT ops.machine_abort('bm-1', 'wrong rack');
-SELECT throws_ok(format('SELECT site_api.op_result(%L, %s, %s, ''succeeded'', ''{}'', NULL)', :'agent',
+SELECT throws_ok(format('SELECT compute.bmc_op_result(%L, %s, %s, ''succeeded'', ''{}'', NULL)', :'agent',
                         :'second'::jsonb ->> 'op_id', :'second'::jsonb ->> 'epoch'),
                  'BC410', NULL, 'the result of an op an operator aborted is FENCED');
 SELECT is((SELECT state || ': ' || last_error FROM compute.machines WHERE machine_id = :'machine'), 'verify_failed: aborted: wrong rack',

@@ -14,7 +14,7 @@ SELECT compute.machine_reconcile(m), pgtap_fixtures.machine_sign(m) FROM unnest(
 SELECT site_api.ops_claim(:'agent', 10) AS claimed \gset
 SELECT is(jsonb_array_length(:'claimed'), 1, 'one op claimed although two are queued and ten were asked for');
 SELECT is(jsonb_array_length(site_api.ops_claim(:'agent', 10)), 0, 'nothing more while it runs');
-SELECT site_api.op_result(:'agent', (:'claimed'::jsonb -> 0 ->> 'op_id')::bigint, (:'claimed'::jsonb -> 0 ->> 'epoch')::bigint,
+SELECT compute.bmc_op_result(:'agent', (:'claimed'::jsonb -> 0 ->> 'op_id')::bigint, (:'claimed'::jsonb -> 0 ->> 'epoch')::bigint,
                           'failed', '{}', 'HTTP 500');
 SELECT is(jsonb_array_length(site_api.ops_claim(:'agent', 10)), 1, 'answered: the next one is claimed');
 

@@ -15,20 +15,20 @@ SELECT is((SELECT deadline FROM compute.machines WHERE machine_id = :'machine'),
 SELECT compute.machine_reconcile(:'machine');
 SELECT pgtap_fixtures.machine_sign(:'machine');
 SELECT site_api.ops_claim(:'agent') -> 0 AS op \gset
-SELECT site_api.op_result(:'agent', (:'op'::jsonb ->> 'op_id')::bigint, (:'op'::jsonb ->> 'epoch')::bigint, 'unreachable', '{}', 'connection refused');
+SELECT compute.bmc_op_result(:'agent', (:'op'::jsonb ->> 'op_id')::bigint, (:'op'::jsonb ->> 'epoch')::bigint, 'unreachable', '{}', 'connection refused');
 SELECT is(compute.machine_reconcile(:'machine'), 'unreachable', 'an unreachable BMC is not tried again at once');
 SELECT compute.clock_advance(interval '1 hour', true);
 SELECT is(compute.machine_reconcile(:'machine'), 'issued verify', 'later it is tried again');
 SELECT pgtap_fixtures.machine_sign(:'machine');
 SELECT site_api.ops_claim(:'agent') -> 0 AS op \gset
-SELECT site_api.op_result(:'agent', (:'op'::jsonb ->> 'op_id')::bigint, (:'op'::jsonb ->> 'epoch')::bigint, 'unreachable', '{}', 'connection refused');
+SELECT compute.bmc_op_result(:'agent', (:'op'::jsonb ->> 'op_id')::bigint, (:'op'::jsonb ->> 'epoch')::bigint, 'unreachable', '{}', 'connection refused');
 SELECT is((SELECT state || ' ' || bmc_reachable FROM compute.machines WHERE machine_id = :'machine'), 'verifying false',
           'an hour past the deadline with the BMC unreachable: still verifying, BmcReachable false');
 SELECT compute.clock_advance(interval '1 minute', true);
 SELECT compute.machine_reconcile(:'machine');
 SELECT pgtap_fixtures.machine_sign(:'machine');
 SELECT site_api.ops_claim(:'agent') -> 0 AS op \gset
-SELECT site_api.op_result(:'agent', (:'op'::jsonb ->> 'op_id')::bigint, (:'op'::jsonb ->> 'epoch')::bigint, 'failed', '{}', 'HTTP 503');
+SELECT compute.bmc_op_result(:'agent', (:'op'::jsonb ->> 'op_id')::bigint, (:'op'::jsonb ->> 'epoch')::bigint, 'failed', '{}', 'HTTP 503');
 SELECT is((SELECT bmc_reachable FROM compute.machines WHERE machine_id = :'machine'), true, 'an answer (even a 503) makes it reachable');
 SELECT cmp_ok((SELECT deadline FROM compute.machines WHERE machine_id = :'machine'), '>', compute.compute_now(),
               'the time it did not answer moved the deadline');

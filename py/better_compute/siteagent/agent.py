@@ -6,6 +6,10 @@ what the signature covers (this agent, this op and epoch, the BMC address, kind 
 whoever can write the database cannot point the agent, and the credentials it opens, at another
 address. An operation whose signature does not verify is answered `failed` and not run.
 
+Each result is signed by the agent's own Ed25519 key (purpose `bmc.result`: op, epoch, machine,
+agent, outcome, result, error) and only relayed by site_api.op_result: a worker applies it only
+once it verifies with the key registered for this agent (sql/700, worker/bmc_results.py).
+
 Outcomes: `succeeded`; `failed` (the BMC answered with an error: counted, and past machine_failures
 the machine is quarantined with the reason); `unreachable` (no answer: BmcReachable=false and
 nothing else). A FENCED answer means the operation was taken back or cancelled: it is dropped.
@@ -26,7 +30,7 @@ from uuid import UUID
 
 from better_compute.db import Database
 from better_compute.errors import ContractError
-from better_compute.pki import PkiError
+from better_compute.pki import IntentSigner, PkiError
 from better_compute.pki.signing import VerifyingKey, open_envelope
 from better_compute.sealing import SealingError, SecretKeyring
 from better_compute.siteagent.redfish import Bmc, Credentials, OperationFailed, Unreachable
@@ -47,10 +51,10 @@ def open_credentials(keyring: SecretKeyring, machine_id: str, sealed: dict[str, 
 
 
 class SiteAgent:
-    def __init__(self, db: Database, agent_id: UUID, keyring: SecretKeyring, intent_key: VerifyingKey, sessions: int,
-                 bmc_factory: Callable[[str, Credentials], Bmc] = Bmc):
+    def __init__(self, db: Database, agent_id: UUID, keyring: SecretKeyring, intent_key: VerifyingKey, signer: IntentSigner,
+                 sessions: int, bmc_factory: Callable[[str, Credentials], Bmc] = Bmc):
         self.db, self.agent_id, self.keyring, self.bmc_factory = db, agent_id, keyring, bmc_factory
-        self.intent_key = intent_key
+        self.intent_key, self.signer = intent_key, signer
         self.pool = ThreadPoolExecutor(max_workers=sessions, thread_name_prefix="bmc")
         self.running = 0
         self.lock = threading.Lock()
@@ -104,7 +108,9 @@ class SiteAgent:
 
     def answer(self, op: dict[str, Any], outcome: str, result: dict[str, Any], error: str | None) -> None:
         try:
-            said = self.db.call("site_api.op_result", self.agent_id, op["op_id"], op["epoch"], outcome, result, error)
+            body = {"op_id": op["op_id"], "epoch": op["epoch"], "machine_id": op["machine_id"], "agent_id": str(self.agent_id),
+                    "outcome": outcome, "result": result, "error": error}
+            said = self.db.call("site_api.op_result", self.agent_id, self.signer.sign("bmc.result", body))
             log.info("machine %s: %s %s -> %s", op["machine_id"], op["kind"], outcome, said)
         except ContractError as refused:
             if refused.code != "FENCED":

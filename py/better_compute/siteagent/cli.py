@@ -11,14 +11,21 @@ from typing import Annotated
 from uuid import UUID
 
 import typer
+from cryptography.hazmat.primitives import serialization
 
 from better_compute.db import Database
 from better_compute.gateway.join import intent_public_key
+from better_compute.pki import IntentSigner
 from better_compute.sealing import SecretKeyring
 from better_compute.siteagent.agent import SiteAgent
 
 SITE_AGENT_ROLE = "bc_site_agent"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def raw_public_key(signer: IntentSigner) -> bytes:
+    """The signing key's public key as ops.site_agent_register takes it (raw Ed25519, 32 bytes)."""
+    return signer.private_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def site_agent_command(
@@ -31,10 +38,20 @@ def site_agent_command(
     intent_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_INTENT_KEY",
                                              help="The workers' intent key, or its public key (PEM): BMC operations "
                                                   "must be signed by it.")] = Path(".bc/pki/intent.key"),
+    signing_key: Annotated[Path, typer.Option(envvar="BETTER_COMPUTE_SITE_AGENT_SIGNING_KEY",
+                                              help="The agent's Ed25519 key (PEM, created mode 0600 if missing); it "
+                                                   "signs the agent's results.")] = Path(".bc/site-agent-signing.key"),
     print_public_key: Annotated[bool, typer.Option(help="Print the public key (base64, for ops.site_agent_register) "
                                                         "and exit.")] = False,
+    print_signing_key: Annotated[bool, typer.Option(help="Print the signing key's public key (base64, raw Ed25519, for "
+                                                         "ops.site_agent_register / ops.site_agent_signing_key_set) "
+                                                         "and exit.")] = False,
 ) -> None:
     """Run the site agent as role bc_site_agent: it runs the BMC operations of its machines over Redfish."""
+    signer = IntentSigner(signing_key)  # the key file is made when first used
+    if print_signing_key:
+        typer.echo(base64.b64encode(raw_public_key(signer)).decode())
+        return
     keyring = SecretKeyring(key)
     if print_public_key:
         typer.echo(base64.b64encode(keyring.public_key).decode())
@@ -44,7 +61,7 @@ def site_agent_command(
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     with Database(dsn, max_size=8, name="better-compute-site-agent", role=SITE_AGENT_ROLE) as db:
         sessions = db.call("site_api.bmc_sessions")
-        agent = SiteAgent(db, UUID(agent_id), keyring, intent_public_key(intent_key), sessions)
+        agent = SiteAgent(db, UUID(agent_id), keyring, intent_public_key(intent_key), signer, sessions)
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda _signum, _frame: stop.set())

@@ -19,6 +19,7 @@ from better_compute.pki import IntentSigner
 from better_compute.ports.ledger import Ledger, LedgerEntry
 from better_compute.sealing import SealingError, SecretKeyring
 from better_compute.webhooks import Delivery, DeliveryResult
+from better_compute.worker.bmc_results import apply_bmc_result
 from better_compute.worker.node_reports import apply_node_reports
 from better_compute.worker.runtime import AT_ONCE, Handler, WorkItem
 
@@ -53,6 +54,7 @@ def default_handlers(db: Database, ledger: Ledger, sender: Sender, signer: Audit
         "machines.sweep": sweep(db, "worker_api.machines_sweep"),
         "machines.reconcile": reconcile_machine(db),
         "bmc_ops.sign": sign_bmc_op(db, intent),
+        "bmc_ops.result": apply_bmc_result(db),
     }
 
 
