@@ -100,7 +100,10 @@ def test_a_scheduled_layout_converges_on_one_gpu_while_the_other_keeps_serving_t
         wait_until(lambda: gpus.mig_state(changing) == MigState(mode="disabled"), "the GPU whole again", daemon.log)
         end = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
         held = call(relay, "reservations.create", {"pool_id": pool, "shape": "gpu", "count": 1, "end": end})
-        assert held["bookings"][0]["device_uuid"] == serving
+        # Both GPUs are whole and free: placement draws either. The one it books serves from now on,
+        # and the layout change goes to the other.
+        serving = held["bookings"][0]["device_uuid"]
+        changing = next(gpu for gpu in (fake.gpu_uuid(HOST, 0), fake.gpu_uuid(HOST, 1)) if gpu != serving)
         wait_until(lambda: converged(sql, node, [serving]), "the booked GPU in the CDI file", daemon.log)
 
         at = sql.execute("SELECT ops.now() + interval '2 seconds'").fetchone()[0]

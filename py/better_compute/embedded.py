@@ -157,7 +157,7 @@ class Cluster:
         """Start the server unless it runs; a pid file left by a crash is removed first. `fsync`: flush
         every commit to disk, as production does (benchmarks of committing need it)."""
         if self._postmaster_alive():
-            if _wait_for(self.accepts_connections, seconds=30):
+            if wait_for(self.accepts_connections, seconds=30):
                 return
             raise ClusterError(f"a postmaster holds {self.datadir} but accepts no connections; see {self.logfile}")
         for stale in (self.datadir / "postmaster.pid", self.socketdir / f".s.PGSQL.{self.port}.lock"):
@@ -220,7 +220,8 @@ def throwaway(prefix: str = "bc-test-") -> Cluster:
     return Cluster.at(base).init()
 
 
-def _wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll `condition` every 0.2 s for up to `seconds`; whether it came true."""
     deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:

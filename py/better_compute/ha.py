@@ -24,7 +24,6 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -146,7 +145,7 @@ class HaSet:
             pid = self.pids.get(name)
             if pid is not None and _alive(pid):
                 os.kill(pid, signal.SIGTERM)
-                if not _wait(lambda: not _alive(pid), STOP_SECONDS):
+                if not embedded.wait_for(lambda: not _alive(pid), STOP_SECONDS):
                     os.kill(pid, signal.SIGKILL)
         (self.base / STATE_FILE).unlink(missing_ok=True)
 
@@ -208,7 +207,7 @@ class HaSet:
         return leader
 
     def wait_until(self, condition: Callable[[], bool], seconds: float, what: str) -> None:
-        if not _wait(condition, seconds):
+        if not embedded.wait_for(condition, seconds):
             logs = "\n".join(f"--- {name}\n{self.log(name)[-1500:]}" for name in (*MEMBERS, "etcd"))
             raise HaError(f"timed out after {seconds:g} s waiting for {what}; members: {self.members()}\n{logs}")
 
@@ -302,15 +301,6 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state not in ("Z", "X")
-
-
-def _wait(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 @contextmanager
