@@ -1,13 +1,8 @@
--- Revert better_compute:fleet from pg
+-- Revert better_compute:fleet from pg (reworked after @v0.3.0)
+-- Nothing to revert: the deploy script changes nothing.
 
 BEGIN;
 
-DROP FUNCTION compute.pool_create(uuid, text, text, text);
-DROP FUNCTION compute.site_create(text);
-DROP TABLE compute.devices;
-DROP TABLE compute.node_flags;
-DROP TABLE compute.nodes;
-DROP TABLE compute.pools;
-DROP TABLE compute.sites;
+SET LOCAL ROLE bc_owner;
 
 COMMIT;

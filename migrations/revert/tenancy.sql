@@ -1,10 +1,8 @@
--- Revert better_compute:tenancy from pg
+-- Revert better_compute:tenancy from pg (reworked after @v0.3.0)
+-- Nothing to revert: the deploy script changes nothing.
 
 BEGIN;
 
-DROP FUNCTION compute.project_create(uuid, text);
-DROP FUNCTION compute.tenant_ensure(uuid, text);
-DROP TABLE compute.projects;
-DROP TABLE compute.tenants;
+SET LOCAL ROLE bc_owner;
 
 COMMIT;
