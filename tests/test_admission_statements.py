@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 from psycopg.types.json import Jsonb
 
+from auto_explain import nested_plans
 from fleet import WHOLE, make_pool
 
 TENANT = "00000000-0000-4000-8000-0000000000c1"
@@ -36,17 +37,10 @@ def admission(sql: psycopg.Connection, pool_id: uuid.UUID) -> None:
 
 def statement_texts(sql: psycopg.Connection, pool_id: uuid.UUID) -> Counter[str]:
     """The nested statements of ADMISSIONS admissions, by their text (whitespace folded)."""
-    notices: list[str] = []
-    sql.add_notice_handler(lambda notice: notices.append(notice.message_primary or ""))
-    sql.execute("LOAD 'auto_explain'")
-    for setting in ("auto_explain.log_nested_statements = on", "auto_explain.log_level = notice",
-                    "auto_explain.log_min_duration = 0", "client_min_messages = notice"):
-        sql.execute(f"SET {setting}")
-    for _ in range(ADMISSIONS):
-        admission(sql, pool_id)
-    sql.execute("SET auto_explain.log_min_duration = -1")
-    return Counter(re.sub(r"\s+", " ", notice.split("Query Text:", 1)[1]).strip()
-                   for notice in notices if "Query Text:" in notice)
+    with nested_plans(sql) as plans:
+        for _ in range(ADMISSIONS):
+            admission(sql, pool_id)
+    return Counter(re.sub(r"\s+", " ", plan.split("Query Text:", 1)[1]).strip() for plan in plans)
 
 
 def test_admission_reads_the_clock_table_never_and_single_limits_at_most_five_times(sql: psycopg.Connection) -> None:

@@ -19,6 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from better_compute.db import Database
+from auto_explain import nested_plans
 from booking_history import add_history
 from fleet import WHOLE, make_pool
 
@@ -44,15 +45,9 @@ def admit(conn: psycopg.Connection, pool_id: str, rng: random.Random, count: int
 
 def admission_plans(conn: psycopg.Connection, pool_id: str, rng: random.Random) -> list[str]:
     """The plans of every statement a few admissions run on `conn`, from auto_explain as NOTICEs."""
-    plans: list[str] = []
-    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
-    conn.execute("LOAD 'auto_explain'")
-    for setting in ("auto_explain.log_nested_statements = on", "auto_explain.log_level = notice",
-                    "auto_explain.log_min_duration = 0", "client_min_messages = notice"):
-        conn.execute(f"SET {setting}")
-    admit(conn, pool_id, rng, 3)
-    conn.execute("SET auto_explain.log_min_duration = -1")
-    return [plan for plan in plans if "Query Text:" in plan]
+    with nested_plans(conn) as plans:
+        admit(conn, pool_id, rng, 3)
+    return plans
 
 
 def sequential_scans(plan: str) -> list[str]:
