@@ -125,10 +125,10 @@ class Agent:
         return self.log_path.read_text(errors="replace")
 
 
-def register_agent(sql: psycopg.Connection, site_id: uuid.UUID, key_path: Path) -> Agent:
+def register_agent(sql: psycopg.Connection, site_id: uuid.UUID, key_path: Path, name: str = "agent-1") -> Agent:
     keyring, signing_key = SecretKeyring(key_path), key_path.with_suffix(".signing.key")
-    agent_id = sql.execute("SELECT ops.site_agent_register(%s, 'agent-1', %s, %s)",
-                           (site_id, keyring.public_key, raw_public_key(IntentSigner(signing_key)))).fetchone()[0]
+    agent_id = sql.execute("SELECT ops.site_agent_register(%s, %s, %s, %s)",
+                           (site_id, name, keyring.public_key, raw_public_key(IntentSigner(signing_key)))).fetchone()[0]
     return Agent(agent_id, keyring, Path(tempfile.mkstemp(prefix="site-agent-", suffix=".log")[1]), signing_key)
 
 
