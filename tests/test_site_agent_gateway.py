@@ -1,12 +1,13 @@
-"""A site agent's own identity (issue 14 part 3, P5, P14; docs/bare-metal.md): a certificate from
-the signer, proven by the agent's registered Ed25519 signing key and decided by the database, with
-the SPIFFE ID `spiffe://<trust domain>/site/<site>/agent/<agent id>`.
+"""A site agent's own identity and its gateway session (issue 14 part 3, P5, P14; docs/bare-metal.md):
+a certificate from the signer, proven by the agent's registered Ed25519 signing key and decided by
+the database, with the SPIFFE ID `spiffe://<trust domain>/site/<site>/agent/<agent id>`; the
+gateway's /agent endpoint opens a session only for that certificate's certified key.
 
-Real processes: `serve signer` (the CA key), PostgreSQL; the gateway's calls are made here as the
-gateway makes them (agent_api)."""
+Real processes: `serve signer` (the CA key), `serve gateway`, PostgreSQL, real TLS on 127.0.0.1."""
 
 from __future__ import annotations
 
+import ssl
 import time
 import uuid
 from datetime import datetime, timezone
@@ -16,14 +17,22 @@ from typing import Any
 import psycopg
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from psycopg.types.json import Jsonb
+from websockets.sync.client import connect
 
 from bare_metal_support import Agent, register_agent
-from better_compute.pki import IntentSigner, generate_node_key, make_csr
+from better_compute.nodeproto import AGENT_PATH, SESSION_PATH, AgentHello, Error, Message, decode
+from better_compute.pki import CertificateAuthority, IntentSigner, generate_node_key, issue_svid, make_csr
 from better_compute.pki.binding import AGENT_CERTIFICATE_PURPOSE, agent_certificate_body, public_key_der
+from better_compute.pki.ca import issue_agent_svid
 from better_compute.pki.identity import AgentIdentity
+from better_compute.pki.keys import private_key_pem
 from better_compute.pki.svid import ca_trust_domain, verify_agent_svid
-from gateway_support import running_signer
+from better_compute.siteagent.agent import SiteAgent
+from better_compute.siteagent.dial import GatewayLink, Refused
+from gateway_support import GatewayProcess, running_gateway, running_signer
 
 TENANT = uuid.UUID("00000000-0000-0000-0000-0000000000b2")
 
@@ -75,4 +84,79 @@ def test_an_agent_gets_a_certificate_only_with_its_registered_signing_key(
             ask_certificate(sql, uuid.uuid4(), agent.signing_key)
     assert sql.execute("SELECT certified_key FROM compute.site_agent_sessions WHERE agent_id = %s",
                        (agent.agent_id,)).fetchone()[0] == certified
+
+
+# -- the gateway's endpoint for agents ---------------------------------------------------------------
+
+def linked(agent: Agent, gateway: GatewayProcess) -> GatewayLink:
+    """The agent's side of the gateway (siteagent/dial.py), for a test to dial with."""
+    site_agent = SiteAgent(agent.agent_id, agent.keyring, IntentSigner(gateway.keys / "intent.key").private_key.public_key(),
+                           IntentSigner(agent.signing_key), 1)
+    return GatewayLink(site_agent, gateway.url, gateway.ca_path, IntentSigner(agent.signing_key))
+
+
+def dial(gateway: GatewayProcess, tls: ssl.SSLContext, path: str = AGENT_PATH) -> Message:
+    """Dial `path` with the client context `tls`: the gateway's first answer."""
+    with connect(gateway.url + path, ssl=tls, open_timeout=10) as connection:
+        return decode(connection.recv(timeout=10))
+
+
+def client_tls(gateway: GatewayProcess, certificate: x509.Certificate, key: ec.EllipticCurvePrivateKey, directory: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(gateway.ca_path))
+    (directory / "client.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (directory / "client.key").write_bytes(private_key_pem(key))
+    context.load_cert_chain(directory / "client.crt", directory / "client.key")
+    return context
+
+
+def test_the_agent_endpoint_opens_a_session_only_for_the_agents_certified_key(
+        sql: psycopg.Connection, db_dsn: str, tmp_path: Path) -> None:
+    site_id, other_site = new_site(sql, "rack-1"), new_site(sql, "rack-2")
+    agent, other = register_agent(sql, site_id, tmp_path / "agent.key"), register_agent(sql, other_site, tmp_path / "other.key")
+    with running_gateway(db_dsn, tmp_path / "keys") as gateway:
+        link = linked(agent, gateway)
+        link.certify()
+        assert link.tls is not None
+        hello = dial(gateway, link.tls)
+        assert isinstance(hello, AgentHello) and hello.epoch == 1 and hello.bmc_sessions == 4, hello
+
+        # Another agent's certificate opens that agent's session, never this one's.
+        other_link = linked(other, gateway)
+        other_link.certify()
+        assert other_link.tls is not None
+        assert isinstance(dial(gateway, other_link.tls), AgentHello)
+        epochs = dict(sql.execute("SELECT agent_id, epoch FROM compute.site_agent_sessions").fetchall())
+        assert epochs == {agent.agent_id: 1, other.agent_id: 1}
+
+        # A node's SVID (a valid one of the same CA) is no agent certificate; an agent's is no node's.
+        ca = CertificateAuthority.open(gateway.keys / "ca.key", "better-compute.local", datetime.now(timezone.utc))
+        node_key = generate_node_key()
+        node_svid = x509.load_pem_x509_certificate(issue_svid(ca, make_csr(node_key, "host-1"), uuid.uuid4(),
+                                                              datetime.now(timezone.utc)).encode())
+        refused = dial(gateway, client_tls(gateway, node_svid, node_key, tmp_path))
+        assert isinstance(refused, Error) and refused.code == "ACCESS_DENIED" and "site agent" in refused.message, refused
+        as_node = dial(gateway, link.tls, SESSION_PATH)
+        assert isinstance(as_node, Error) and as_node.code == "ACCESS_DENIED", as_node
+
+        # A certificate whose key is not the agent's certified one (a newer one was issued; or the
+        # CA signed one for a key the database never certified) opens nothing.
+        old_tls = link.tls
+        link.certify()
+        stale = dial(gateway, old_tls)
+        assert isinstance(stale, Error) and "not the key certified" in stale.message, stale
+        rogue_key = generate_node_key()
+        rogue = x509.load_pem_x509_certificate(issue_agent_svid(ca, make_csr(rogue_key, "site-agent"), site_id, agent.agent_id,
+                                                                datetime.now(timezone.utc)).encode())
+        assert isinstance(dial(gateway, client_tls(gateway, rogue, rogue_key, tmp_path)), Error)
+
+        # Revoked: the agent's signing key replaced; unregistered: no certificate at all.
+        assert link.tls is not None and isinstance(dial(gateway, link.tls), AgentHello)
+        sql.execute("SELECT ops.site_agent_signing_key_set(%s, %s)", (agent.agent_id, bytes(32)))
+        revoked = dial(gateway, link.tls)
+        assert isinstance(revoked, Error) and revoked.code == "ACCESS_DENIED", revoked
+        with pytest.raises(Refused, match="ACCESS_DENIED"):
+            link.certify()
+        stranger = linked(Agent(uuid.uuid4(), agent.keyring, agent.log_path, agent.signing_key), gateway)
+        with pytest.raises(Refused, match="ACCESS_DENIED: no site agent"):
+            stranger.certify()
 
