@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from psycopg.types.json import Jsonb
 from websockets.sync.client import connect
 
-from bare_metal_support import Agent, register_agent
+from bare_metal_support import Agent, enroll, gateway_link, register_agent, running_agent, running_emulator, wait_state
 from better_compute.nodeproto import AGENT_PATH, SESSION_PATH, AgentHello, Error, Message, decode
 from better_compute.pki import CertificateAuthority, IntentSigner, generate_node_key, issue_svid, make_csr
 from better_compute.pki.binding import AGENT_CERTIFICATE_PURPOSE, agent_certificate_body, public_key_der
@@ -32,7 +32,10 @@ from better_compute.pki.keys import private_key_pem
 from better_compute.pki.svid import ca_trust_domain, verify_agent_svid
 from better_compute.siteagent.agent import SiteAgent
 from better_compute.siteagent.dial import GatewayLink, Refused
-from gateway_support import GatewayProcess, running_gateway, running_signer
+from fleet import H200_MODEL
+from gateway_support import (GatewayProcess, running_gateway, running_gateway_alone, running_signer,
+                             running_worker_process)
+from node_support import wait_until
 
 TENANT = uuid.UUID("00000000-0000-0000-0000-0000000000b2")
 
@@ -160,3 +163,29 @@ def test_the_agent_endpoint_opens_a_session_only_for_the_agents_certified_key(
         with pytest.raises(Refused, match="ACCESS_DENIED: no site agent"):
             stranger.certify()
 
+
+def test_the_agent_dials_again_when_the_gateway_was_killed_and_goes_on(
+        sql: psycopg.Connection, db_dsn: str, tmp_path: Path) -> None:
+    site_id, keys = new_site(sql, "rack-1"), tmp_path / "keys"
+    pool_id = sql.execute("SELECT compute.pool_create(%s, 'h200', %s)", (site_id, H200_MODEL)).fetchone()[0]
+    agent = register_agent(sql, site_id, tmp_path / "agent.key")
+    with (running_signer(db_dsn, keys), running_worker_process(db_dsn, keys),
+          running_emulator(tmp_path / "bmc") as emulator):
+        machine = enroll(sql, agent, pool_id, "bm-01", emulator, "http://127.0.0.1:9/bcd.iso")
+        with running_gateway_alone(db_dsn, keys) as gateway:
+            port = gateway.url.rsplit(":", 1)[1]
+            with running_agent([*gateway_link(gateway), "--redial-seconds", "1"], agent, keys / "intent.key"):
+                sql.execute("SELECT ops.machine_manage('bm-01')")
+                wait_state(sql, machine, "manageable", 60, agent)
+                gateway.server.process.kill()  # no goodbye: the agent finds out by itself
+                gateway.server.process.wait()
+                wait_until(lambda: "no session" in agent.log(), "the agent noticed", agent.log)
+                with running_gateway_alone(db_dsn, keys, ["--port", port]):
+                    sql.execute("SELECT ops.machine_manage('bm-01')")  # verify once more, through the new gateway
+                    wait_state(sql, machine, "manageable", 60, agent)
+    assert sql.execute("SELECT epoch, gateway FROM ops.site_agent_sessions WHERE agent_id = %s",
+                       (agent.agent_id,)).fetchone() == (2, "gw-test")
+    assert [kind for (kind,) in sql.execute("SELECT kind FROM compute.bmc_ops WHERE machine_id = %s AND state = 'succeeded'",
+                                            (machine,)).fetchall()] == ["verify", "verify"]
+    assert "LISTEN bc_bmc_ops" not in agent.log() and "fallback" not in agent.log()
+    agent.log_path.unlink(missing_ok=True)
