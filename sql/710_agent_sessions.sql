@@ -13,13 +13,15 @@
 --   session       agent_api.session_open(agent, site, gateway, certificate key) opens a session only
 --                 while that key is the one certified for the agent under its current signing key:
 --                 an agent whose signing key was rotated or cleared (ops.site_agent_signing_key_set)
---                 gets none with an older certificate. Each open is a new epoch; every call carries
---                 it and a stale or closed one is FENCED.
---   agent_api     what a gateway (bc_gateway) calls for an agent's session: the agent id and the
---                 epoch come from the session the gateway opened for the certificate it verified,
---                 never from what the agent sends; claims and results go through the same
---                 functions as site_api's (bmc_ops_claim, bmc_op_result_append: the result stays
---                 signed by the agent, a worker verifies it).
+--                 gets none with an older certificate. Each open is a new epoch and a new random
+--                 session id, which fences every older one.
+--   agent_api     what a gateway (bc_gateway) calls for an agent's session: claims and results
+--                 name the session id the gateway got when it opened the session for the
+--                 certificate it verified; the agent id comes from that session row, never from a
+--                 parameter, so a gateway acts only for sessions it opened. A closed or older
+--                 session, or one whose agent's signing key changed since, is FENCED. Claims and
+--                 results go through the same functions as site_api's (bmc_ops_claim,
+--                 bmc_op_result_append: the result stays signed by the agent, a worker verifies it).
 CREATE SCHEMA agent_api AUTHORIZATION bc_owner;
 COMMENT ON SCHEMA agent_api IS 'What gateways call for site agents'' sessions (bc_gateway): certificates, sessions, BMC claims and results.';
 GRANT USAGE ON SCHEMA agent_api TO bc_gateway;
@@ -37,9 +39,11 @@ CREATE TABLE compute.site_agent_sessions (
     epoch         bigint NOT NULL DEFAULT 0 CONSTRAINT site_agent_sessions_epoch_check CHECK (epoch >= 0),
     gateway       text CONSTRAINT site_agent_sessions_gateway_check CHECK (length(gateway) BETWEEN 1 AND 64),
     opened_at     timestamptz,
-    closed_at     timestamptz
+    closed_at     timestamptz,
+    session_id    uuid CONSTRAINT site_agent_sessions_session_id_key UNIQUE
 );
 COMMENT ON TABLE compute.site_agent_sessions IS 'Each site agent''s certified TLS key (DER, with the signing key that proved it) and its gateway session (epoch).';
+COMMENT ON COLUMN compute.site_agent_sessions.session_id IS 'The current session''s id (random, new at every open): what the gateway names in agent_api calls.';
 
 CREATE FUNCTION compute.agent_certificate_request(p_agent_id uuid, p_gateway text, p_csr text, p_public_key bytea, p_proof jsonb)
 RETURNS uuid
@@ -99,44 +103,49 @@ $$;
 COMMENT ON FUNCTION compute.agent_certified(compute.svid_requests, bytea) IS 'Record the key an agent''s certificate was issued for, and the signing key that proved it.';
 
 CREATE FUNCTION compute.agent_session_open(p_agent_id uuid, p_site_id uuid, p_gateway text, p_public_key bytea)
-RETURNS bigint
+RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 -- Lock order: the agent's session row (the update).
 DECLARE
-    v_epoch bigint;
+    v_session jsonb;
 BEGIN
     UPDATE compute.site_agent_sessions AS s
-       SET epoch = s.epoch + 1, gateway = p_gateway, opened_at = compute.compute_now(), closed_at = NULL
+       SET epoch = s.epoch + 1, session_id = pg_catalog.gen_random_uuid(), gateway = p_gateway,
+           opened_at = compute.compute_now(), closed_at = NULL
       FROM compute.site_agents AS a
      WHERE s.agent_id = p_agent_id AND a.agent_id = s.agent_id AND a.site_id = p_site_id
        AND s.certified_key = p_public_key AND s.signing_key = a.signing_key
-    RETURNING s.epoch INTO v_epoch;
+    RETURNING pg_catalog.jsonb_build_object('session_id', s.session_id, 'epoch', s.epoch) INTO v_session;
     IF NOT FOUND THEN
         PERFORM compute.raise_error('ACCESS_DENIED',
             pg_catalog.format('the certificate''s key is not the key certified for site agent %s of site %s under its registered signing key',
                               p_agent_id, p_site_id),
             'The agent was not registered, its signing key was replaced or removed (ops.site_agent_signing_key_set), or a newer certificate was issued: the agent asks for a new certificate.');
     END IF;
-    RETURN v_epoch;
+    RETURN v_session;
 END
 $$;
-COMMENT ON FUNCTION compute.agent_session_open(uuid, uuid, text, bytea) IS 'Open a session for the holder of the agent''s certified key: a new epoch, which fences every older one.';
+COMMENT ON FUNCTION compute.agent_session_open(uuid, uuid, text, bytea) IS 'Open a session for the holder of the agent''s certified key: a new epoch and session id, which fence every older one.';
 
-CREATE FUNCTION compute.agent_session_require(p_agent_id uuid, p_epoch bigint)
-RETURNS void
+CREATE FUNCTION compute.agent_of_session(p_session_id uuid)
+RETURNS uuid
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_agent_id uuid;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM compute.site_agent_sessions AS s JOIN compute.site_agents AS a ON a.agent_id = s.agent_id
-                    WHERE s.agent_id = p_agent_id AND s.epoch = p_epoch AND s.closed_at IS NULL
-                      AND s.signing_key = a.signing_key) THEN
-        PERFORM compute.raise_error('FENCED', pg_catalog.format('session epoch %s of site agent %s is not current', p_epoch, p_agent_id),
-            'A newer session of the agent exists, or its signing key changed: the agent dials again.');
+    SELECT s.agent_id INTO v_agent_id
+      FROM compute.site_agent_sessions AS s JOIN compute.site_agents AS a ON a.agent_id = s.agent_id
+     WHERE s.session_id = p_session_id AND s.closed_at IS NULL AND s.signing_key = a.signing_key;
+    IF v_agent_id IS NULL THEN
+        PERFORM compute.raise_error('FENCED', pg_catalog.format('site agent session %s is not current', p_session_id),
+            'A newer session of the agent exists, it was closed, or the agent''s signing key changed: the agent dials again.');
     END IF;
+    RETURN v_agent_id;
 END
 $$;
-COMMENT ON FUNCTION compute.agent_session_require(uuid, bigint) IS 'FENCED unless the epoch is the agent''s open session under its current signing key.';
+COMMENT ON FUNCTION compute.agent_of_session(uuid) IS 'The agent of a current session (open, the newest, under the agent''s registered signing key); FENCED otherwise.';
 
 -- -- agent_api (bc_gateway) -----------------------------------------------------------------------------
 
@@ -147,39 +156,33 @@ LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
 $$;
 COMMENT ON FUNCTION agent_api.certificate_request(uuid, text, text, bytea, jsonb) IS 'A site agent asks for its certificate (proven by its signing key); answers the request to wait for (node_api.certificate_get).';
 
-CREATE FUNCTION agent_api.session_open(p_agent_id uuid, p_site_id uuid, p_gateway text, p_public_key bytea) RETURNS bigint
+CREATE FUNCTION agent_api.session_open(p_agent_id uuid, p_site_id uuid, p_gateway text, p_public_key bytea) RETURNS jsonb
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.agent_session_open(p_agent_id, p_site_id, p_gateway, p_public_key) $$;
-COMMENT ON FUNCTION agent_api.session_open(uuid, uuid, text, bytea) IS 'Open the session of the agent whose certificate the gateway verified; answers its epoch.';
+COMMENT ON FUNCTION agent_api.session_open(uuid, uuid, text, bytea) IS 'Open the session of the agent whose certificate the gateway verified; answers {session_id, epoch}.';
 
-CREATE FUNCTION agent_api.session_close(p_agent_id uuid, p_epoch bigint) RETURNS boolean
+CREATE FUNCTION agent_api.session_close(p_session_id uuid) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
     UPDATE compute.site_agent_sessions SET closed_at = compute.compute_now()
-     WHERE agent_id = p_agent_id AND epoch = p_epoch AND closed_at IS NULL
+     WHERE session_id = p_session_id AND closed_at IS NULL
     RETURNING true
 $$;
-COMMENT ON FUNCTION agent_api.session_close(uuid, bigint) IS 'The agent''s session ended (nothing else changes: its running ops are taken back after bmc_op_seconds).';
+COMMENT ON FUNCTION agent_api.session_close(uuid) IS 'The agent''s session ended (nothing else changes: its running ops are taken back after bmc_op_seconds).';
 
 CREATE FUNCTION agent_api.bmc_sessions() RETURNS integer
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$ SELECT compute.limit('bmc_sessions_per_agent')::integer $$;
 COMMENT ON FUNCTION agent_api.bmc_sessions() IS 'How many BMC operations one agent runs at once (bmc_sessions_per_agent).';
 
-CREATE FUNCTION agent_api.ops_claim(p_agent_id uuid, p_epoch bigint, p_limit integer) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.agent_session_require(p_agent_id, p_epoch);
-    RETURN compute.bmc_ops_claim(p_agent_id, p_limit);
-END
+CREATE FUNCTION agent_api.ops_claim(p_session_id uuid, p_limit integer) RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
+    SELECT compute.bmc_ops_claim(compute.agent_of_session(p_session_id), p_limit)
 $$;
-COMMENT ON FUNCTION agent_api.ops_claim(uuid, bigint, integer) IS 'Claim queued BMC operations of the session''s agent (FENCED unless the session is current).';
+COMMENT ON FUNCTION agent_api.ops_claim(uuid, integer) IS 'Claim queued BMC operations of the session''s agent (FENCED unless the session is current).';
 
-CREATE FUNCTION agent_api.op_result(p_agent_id uuid, p_epoch bigint, p_envelope jsonb) RETURNS text
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
-BEGIN
-    PERFORM compute.agent_session_require(p_agent_id, p_epoch);
-    RETURN compute.bmc_op_result_append(p_agent_id, p_envelope);
-END
+CREATE FUNCTION agent_api.op_result(p_session_id uuid, p_envelope jsonb) RETURNS text
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
+    SELECT compute.bmc_op_result_append(compute.agent_of_session(p_session_id), p_envelope)
 $$;
-COMMENT ON FUNCTION agent_api.op_result(uuid, bigint, jsonb) IS 'Relay the session''s agent''s signed result of a running op, as it is; a worker verifies and applies it.';
+COMMENT ON FUNCTION agent_api.op_result(uuid, jsonb) IS 'Relay the session''s agent''s signed result of a running op, as it is; a worker verifies and applies it.';
 
 CREATE VIEW ops.site_agent_sessions AS
     SELECT s.agent_id, a.name, s.site_id, s.epoch, s.gateway, s.opened_at, s.closed_at, s.certified_at,

@@ -1,7 +1,8 @@
 -- A site agent's gateway session (sql/710_agent_sessions.sql): a certificate is issued only when the
 -- signer verified the request with the agent's registered signing key and it names this agent and
 -- key; a session opens only for the key certified last, under the current signing key; claims and
--- results carry the session's epoch, and a stale one (a newer session, a replaced signing key) is FENCED.
+-- results name the session (its random id), and one no longer current (a newer session, a replaced
+-- signing key) is FENCED.
 BEGIN;
 SELECT plan(12);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
@@ -31,13 +32,17 @@ SELECT throws_ok(format($$SELECT agent_api.session_open(%L, %L, 'gw', sha256('k2
                  'BC403', NULL, 'a key that was never certified opens no session');
 SELECT throws_ok(format($$SELECT agent_api.session_open(%L, gen_random_uuid(), 'gw', sha256('k1'::bytea))$$, :'agent'),
                  'BC403', NULL, 'nor does the certified key under another site');
-SELECT is(agent_api.session_open(:'agent', :'site', 'gw', sha256('k1'::bytea)), 1::bigint, 'the certified key opens epoch 1');
-SELECT is(agent_api.session_open(:'agent', :'site', 'gw', sha256('k1'::bytea)), 2::bigint, 'dialing again opens epoch 2');
-SELECT throws_ok(format('SELECT agent_api.ops_claim(%L, 1, 1)', :'agent'), 'BC410', NULL, 'a claim under epoch 1 is FENCED');
-SELECT is(jsonb_typeof(agent_api.ops_claim(:'agent', 2, 1)), 'array', 'a claim under the current epoch is answered');
+SELECT agent_api.session_open(:'agent', :'site', 'gw', sha256('k1'::bytea)) AS first \gset
+SELECT is((:'first'::jsonb ->> 'epoch')::bigint, 1::bigint, 'the certified key opens epoch 1');
+SELECT agent_api.session_open(:'agent', :'site', 'gw', sha256('k1'::bytea)) AS second \gset
+SELECT is((:'second'::jsonb ->> 'epoch')::bigint, 2::bigint, 'dialing again opens epoch 2, under a new session id');
+SELECT throws_ok(format('SELECT agent_api.ops_claim(%L, 1)', :'first'::jsonb ->> 'session_id'), 'BC410', NULL,
+                 'a claim in the first session is FENCED');
+SELECT is(jsonb_typeof(agent_api.ops_claim((:'second'::jsonb ->> 'session_id')::uuid, 1)), 'array',
+          'a claim in the current session is answered');
 
 SELECT ops.site_agent_signing_key_set(:'agent', sha256('a new signing key'::bytea));
-SELECT throws_ok(format('SELECT agent_api.ops_claim(%L, 2, 1)', :'agent'), 'BC410', NULL,
+SELECT throws_ok(format('SELECT agent_api.op_result(%L, ''{}'')', :'second'::jsonb ->> 'session_id'), 'BC410', NULL,
                  'once the signing key is replaced, the open session is FENCED');
 SELECT throws_ok(format($$SELECT agent_api.session_open(%L, %L, 'gw', sha256('k1'::bytea))$$, :'agent', :'site'),
                  'BC403', NULL, 'and the key it certified opens no new one');

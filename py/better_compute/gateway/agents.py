@@ -9,12 +9,14 @@ one: it relays.
 
 Path /agent (mutual TLS): the agent id and site come from the verified certificate
 (pki.verify_agent_svid: a node's SVID is refused), never from a message; agent_api.session_open
-opens a session (a new epoch) only while the certificate's key is the one certified for that agent
-under its registered signing key. On the session the agent claims operations (`claim` -> `ops`)
-and sends each signed result (`bmc_result` -> `relayed`, or an `error`: FENCED for a result of an
-operation taken back); the gateway relays the envelope as it is (agent_api.op_result), a worker
-verifies it. NOTIFY bc_bmc_ops (payload: the agent id) sends the agent a `wake`. A stale epoch
-(a newer session of the agent, or its signing key changed) closes the connection with 4001.
+opens a session (a new epoch and a random session id) only while the certificate's key is the one
+certified for that agent under its registered signing key. On the session the agent claims
+operations (`claim` -> `ops`) and sends each signed result (`bmc_result` -> `relayed`, or an
+`error`: FENCED for a result of an operation taken back); the gateway names the session id in
+agent_api.ops_claim and op_result (the database takes the agent from that session) and relays the
+envelope as it is, a worker verifies it. NOTIFY bc_bmc_ops (payload: the agent id) sends the agent a
+`wake`. A session no longer current (a newer one of the agent, or its signing key changed) closes
+the connection with 4001.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ OPS_CHANNEL = "bc_bmc_ops"
 
 
 class AgentSession:
-    def __init__(self, context: SessionContext, channel: Channel, agent_id: UUID, epoch: int):
+    def __init__(self, context: SessionContext, channel: Channel, agent_id: UUID, session_id: UUID, epoch: int):
         self.context, self.channel, self.agent_id, self.epoch = context, channel, agent_id, epoch
+        self.session_id = session_id  # what agent_api calls name: the database knows whose it is
 
     def __str__(self) -> str:
         return f"site agent {self.agent_id} (epoch {self.epoch}, {self.channel.peer})"
@@ -70,10 +73,10 @@ class AgentSession:
         db = self.context.db
         match message:
             case Claim(limit):
-                ops = await db.call("agent_api.ops_claim", self.agent_id, self.epoch, limit)
+                ops = await db.call("agent_api.ops_claim", self.session_id, limit)
                 await self.channel.send(Ops(ops, self.context.clock.now().isoformat()))
             case BmcResult(envelope):
-                answer = await db.call("agent_api.op_result", self.agent_id, self.epoch, Jsonb(envelope))
+                answer = await db.call("agent_api.op_result", self.session_id, Jsonb(envelope))
                 body = envelope.get("body") if isinstance(envelope, dict) else None
                 op_id = body.get("op_id") if isinstance(body, dict) else None
                 await self.channel.send(Relayed(op_id if isinstance(op_id, int) else 0, answer))
@@ -125,18 +128,18 @@ class AgentSessions:
                 raise ProtocolError(ACCESS_DENIED, f"the client certificate is not a valid site agent certificate of a "
                                     f"trusted node CA: {error}", "A site agent dials with the certificate it was "
                                     f"issued ({AGENT_CERTIFICATE_PATH}); a node dials /session.") from None
-            epoch = await self.context.db.call("agent_api.session_open", identity.agent_id, identity.site_id,
-                                               self.context.settings.gateway, public_key_der(certificate.public_key()))
+            opened = await self.context.db.call("agent_api.session_open", identity.agent_id, identity.site_id,
+                                                self.context.settings.gateway, public_key_der(certificate.public_key()))
             bmc_sessions = await self.context.db.call("agent_api.bmc_sessions")
         except (ContractError, ProtocolError) as refused:
             log.info("site agent session from %s refused: %s", channel.peer, refused)
             await channel.refuse(refused)
             return
-        session = AgentSession(self.context, channel, identity.agent_id, epoch)
+        session = AgentSession(self.context, channel, identity.agent_id, UUID(opened["session_id"]), opened["epoch"])
         log.info("%s: session open", session)
         self.open[session.agent_id] = session
         try:
-            await channel.send(AgentHello(epoch, bmc_sessions, self.context.clock.now().isoformat()))
+            await channel.send(AgentHello(session.epoch, bmc_sessions, self.context.clock.now().isoformat()))
             await session.converse()
         except ConnectionClosed:
             pass
@@ -144,7 +147,7 @@ class AgentSessions:
             if self.open.get(session.agent_id) is session:
                 del self.open[session.agent_id]
             with contextlib.suppress(ContractError):
-                await self.context.db.call("agent_api.session_close", session.agent_id, session.epoch)
+                await self.context.db.call("agent_api.session_close", session.session_id)
             log.info("%s: session closed", session)
 
     def wake(self, payload: str) -> None:
