@@ -1,5 +1,5 @@
 -- Deploy better_compute:agent_sessions to pg
--- Site agents dial out to a gateway: certificates proven by the agent's signing key (svid_requests kind agent), sessions bound to the certified key (site_agent_sessions), agent_api for the gateway
+-- Site agents dial out to a gateway: certificates proven by the agent's signing key (svid_requests kind agent), sessions bound to the certified key with a random session id (site_agent_sessions), agent_api for the gateway (the agent taken from the session row)
 -- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
@@ -27,9 +27,11 @@ CREATE TABLE compute.site_agent_sessions (
     epoch         bigint NOT NULL DEFAULT 0 CONSTRAINT site_agent_sessions_epoch_check CHECK (epoch >= 0),
     gateway       text CONSTRAINT site_agent_sessions_gateway_check CHECK (length(gateway) BETWEEN 1 AND 64),
     opened_at     timestamptz,
-    closed_at     timestamptz
+    closed_at     timestamptz,
+    session_id    uuid CONSTRAINT site_agent_sessions_session_id_key UNIQUE
 );
 COMMENT ON TABLE compute.site_agent_sessions IS 'Each site agent''s certified TLS key (DER, with the signing key that proved it) and its gateway session (epoch).';
+COMMENT ON COLUMN compute.site_agent_sessions.session_id IS 'The current session''s id (random, new at every open): what the gateway names in agent_api calls.';
 
 CREATE VIEW ops.site_agent_sessions AS
     SELECT s.agent_id, a.name, s.site_id, s.epoch, s.gateway, s.opened_at, s.closed_at, s.certified_at,
@@ -65,61 +67,55 @@ COMMENT ON FUNCTION agent_api.certificate_request(uuid,text,text,bytea,jsonb) IS
 
 GRANT EXECUTE ON FUNCTION agent_api.certificate_request(uuid,text,text,bytea,jsonb) TO bc_gateway;
 
-CREATE OR REPLACE FUNCTION agent_api.op_result(p_agent_id uuid, p_epoch bigint, p_envelope jsonb)
+CREATE OR REPLACE FUNCTION agent_api.op_result(p_session_id uuid, p_envelope jsonb)
  RETURNS text
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO ''
 AS $function$
-BEGIN
-    PERFORM compute.agent_session_require(p_agent_id, p_epoch);
-    RETURN compute.bmc_op_result_append(p_agent_id, p_envelope);
-END
+    SELECT compute.bmc_op_result_append(compute.agent_of_session(p_session_id), p_envelope)
 $function$;
 
-COMMENT ON FUNCTION agent_api.op_result(uuid,bigint,jsonb) IS 'Relay the session''s agent''s signed result of a running op, as it is; a worker verifies and applies it.';
+COMMENT ON FUNCTION agent_api.op_result(uuid,jsonb) IS 'Relay the session''s agent''s signed result of a running op, as it is; a worker verifies and applies it.';
 
-GRANT EXECUTE ON FUNCTION agent_api.op_result(uuid,bigint,jsonb) TO bc_gateway;
+GRANT EXECUTE ON FUNCTION agent_api.op_result(uuid,jsonb) TO bc_gateway;
 
-CREATE OR REPLACE FUNCTION agent_api.ops_claim(p_agent_id uuid, p_epoch bigint, p_limit integer)
+CREATE OR REPLACE FUNCTION agent_api.ops_claim(p_session_id uuid, p_limit integer)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO ''
 AS $function$
-BEGIN
-    PERFORM compute.agent_session_require(p_agent_id, p_epoch);
-    RETURN compute.bmc_ops_claim(p_agent_id, p_limit);
-END
+    SELECT compute.bmc_ops_claim(compute.agent_of_session(p_session_id), p_limit)
 $function$;
 
-COMMENT ON FUNCTION agent_api.ops_claim(uuid,bigint,integer) IS 'Claim queued BMC operations of the session''s agent (FENCED unless the session is current).';
+COMMENT ON FUNCTION agent_api.ops_claim(uuid,integer) IS 'Claim queued BMC operations of the session''s agent (FENCED unless the session is current).';
 
-GRANT EXECUTE ON FUNCTION agent_api.ops_claim(uuid,bigint,integer) TO bc_gateway;
+GRANT EXECUTE ON FUNCTION agent_api.ops_claim(uuid,integer) TO bc_gateway;
 
-CREATE OR REPLACE FUNCTION agent_api.session_close(p_agent_id uuid, p_epoch bigint)
+CREATE OR REPLACE FUNCTION agent_api.session_close(p_session_id uuid)
  RETURNS boolean
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO ''
 AS $function$
     UPDATE compute.site_agent_sessions SET closed_at = compute.compute_now()
-     WHERE agent_id = p_agent_id AND epoch = p_epoch AND closed_at IS NULL
+     WHERE session_id = p_session_id AND closed_at IS NULL
     RETURNING true
 $function$;
 
-COMMENT ON FUNCTION agent_api.session_close(uuid,bigint) IS 'The agent''s session ended (nothing else changes: its running ops are taken back after bmc_op_seconds).';
+COMMENT ON FUNCTION agent_api.session_close(uuid) IS 'The agent''s session ended (nothing else changes: its running ops are taken back after bmc_op_seconds).';
 
-GRANT EXECUTE ON FUNCTION agent_api.session_close(uuid,bigint) TO bc_gateway;
+GRANT EXECUTE ON FUNCTION agent_api.session_close(uuid) TO bc_gateway;
 
 CREATE OR REPLACE FUNCTION agent_api.session_open(p_agent_id uuid, p_site_id uuid, p_gateway text, p_public_key bytea)
- RETURNS bigint
+ RETURNS jsonb
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO ''
 AS $function$ SELECT compute.agent_session_open(p_agent_id, p_site_id, p_gateway, p_public_key) $function$;
 
-COMMENT ON FUNCTION agent_api.session_open(uuid,uuid,text,bytea) IS 'Open the session of the agent whose certificate the gateway verified; answers its epoch.';
+COMMENT ON FUNCTION agent_api.session_open(uuid,uuid,text,bytea) IS 'Open the session of the agent whose certificate the gateway verified; answers {session_id, epoch}.';
 
 GRANT EXECUTE ON FUNCTION agent_api.session_open(uuid,uuid,text,bytea) TO bc_gateway;
 
@@ -184,48 +180,53 @@ $function$;
 
 COMMENT ON FUNCTION compute.agent_certified(compute.svid_requests,bytea) IS 'Record the key an agent''s certificate was issued for, and the signing key that proved it.';
 
+CREATE OR REPLACE FUNCTION compute.agent_of_session(p_session_id uuid)
+ RETURNS uuid
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+    v_agent_id uuid;
+BEGIN
+    SELECT s.agent_id INTO v_agent_id
+      FROM compute.site_agent_sessions AS s JOIN compute.site_agents AS a ON a.agent_id = s.agent_id
+     WHERE s.session_id = p_session_id AND s.closed_at IS NULL AND s.signing_key = a.signing_key;
+    IF v_agent_id IS NULL THEN
+        PERFORM compute.raise_error('FENCED', pg_catalog.format('site agent session %s is not current', p_session_id),
+            'A newer session of the agent exists, it was closed, or the agent''s signing key changed: the agent dials again.');
+    END IF;
+    RETURN v_agent_id;
+END
+$function$;
+
+COMMENT ON FUNCTION compute.agent_of_session(uuid) IS 'The agent of a current session (open, the newest, under the agent''s registered signing key); FENCED otherwise.';
+
 CREATE OR REPLACE FUNCTION compute.agent_session_open(p_agent_id uuid, p_site_id uuid, p_gateway text, p_public_key bytea)
- RETURNS bigint
+ RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
 -- Lock order: the agent's session row (the update).
 DECLARE
-    v_epoch bigint;
+    v_session jsonb;
 BEGIN
     UPDATE compute.site_agent_sessions AS s
-       SET epoch = s.epoch + 1, gateway = p_gateway, opened_at = compute.compute_now(), closed_at = NULL
+       SET epoch = s.epoch + 1, session_id = pg_catalog.gen_random_uuid(), gateway = p_gateway,
+           opened_at = compute.compute_now(), closed_at = NULL
       FROM compute.site_agents AS a
      WHERE s.agent_id = p_agent_id AND a.agent_id = s.agent_id AND a.site_id = p_site_id
        AND s.certified_key = p_public_key AND s.signing_key = a.signing_key
-    RETURNING s.epoch INTO v_epoch;
+    RETURNING pg_catalog.jsonb_build_object('session_id', s.session_id, 'epoch', s.epoch) INTO v_session;
     IF NOT FOUND THEN
         PERFORM compute.raise_error('ACCESS_DENIED',
             pg_catalog.format('the certificate''s key is not the key certified for site agent %s of site %s under its registered signing key',
                               p_agent_id, p_site_id),
             'The agent was not registered, its signing key was replaced or removed (ops.site_agent_signing_key_set), or a newer certificate was issued: the agent asks for a new certificate.');
     END IF;
-    RETURN v_epoch;
+    RETURN v_session;
 END
 $function$;
 
-COMMENT ON FUNCTION compute.agent_session_open(uuid,uuid,text,bytea) IS 'Open a session for the holder of the agent''s certified key: a new epoch, which fences every older one.';
-
-CREATE OR REPLACE FUNCTION compute.agent_session_require(p_agent_id uuid, p_epoch bigint)
- RETURNS void
- LANGUAGE plpgsql
- STABLE
-AS $function$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM compute.site_agent_sessions AS s JOIN compute.site_agents AS a ON a.agent_id = s.agent_id
-                    WHERE s.agent_id = p_agent_id AND s.epoch = p_epoch AND s.closed_at IS NULL
-                      AND s.signing_key = a.signing_key) THEN
-        PERFORM compute.raise_error('FENCED', pg_catalog.format('session epoch %s of site agent %s is not current', p_epoch, p_agent_id),
-            'A newer session of the agent exists, or its signing key changed: the agent dials again.');
-    END IF;
-END
-$function$;
-
-COMMENT ON FUNCTION compute.agent_session_require(uuid,bigint) IS 'FENCED unless the epoch is the agent''s open session under its current signing key.';
+COMMENT ON FUNCTION compute.agent_session_open(uuid,uuid,text,bytea) IS 'Open a session for the holder of the agent''s certified key: a new epoch and session id, which fence every older one.';
 
 CREATE OR REPLACE FUNCTION compute.svid_decide(p_request_id uuid, p_verified_key bytea, p_certificate text, p_ca_sha256 bytea, p_reason text)
  RETURNS text

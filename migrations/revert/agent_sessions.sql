@@ -1,5 +1,5 @@
 -- Revert better_compute:agent_sessions from pg
--- Site agents dial out to a gateway: certificates proven by the agent's signing key (svid_requests kind agent), sessions bound to the certified key (site_agent_sessions), agent_api for the gateway
+-- Site agents dial out to a gateway: certificates proven by the agent's signing key (svid_requests kind agent), sessions bound to the certified key with a random session id (site_agent_sessions), agent_api for the gateway (the agent taken from the session row)
 -- Written by `better-compute db change` (or `db regenerate`) from the catalog, not by hand (docs/migrations.md).
 
 BEGIN;
@@ -24,11 +24,11 @@ DROP FUNCTION agent_api.bmc_sessions();
 
 DROP FUNCTION agent_api.certificate_request(uuid,text,text,bytea,jsonb);
 
-DROP FUNCTION agent_api.op_result(uuid,bigint,jsonb);
+DROP FUNCTION agent_api.op_result(uuid,jsonb);
 
-DROP FUNCTION agent_api.ops_claim(uuid,bigint,integer);
+DROP FUNCTION agent_api.ops_claim(uuid,integer);
 
-DROP FUNCTION agent_api.session_close(uuid,bigint);
+DROP FUNCTION agent_api.session_close(uuid);
 
 DROP FUNCTION agent_api.session_open(uuid,uuid,text,bytea);
 
@@ -38,9 +38,9 @@ DROP FUNCTION compute.agent_certificate_request(uuid,text,text,bytea,jsonb);
 
 DROP FUNCTION compute.agent_certified(compute.svid_requests,bytea);
 
-DROP FUNCTION compute.agent_session_open(uuid,uuid,text,bytea);
+DROP FUNCTION compute.agent_of_session(uuid);
 
-DROP FUNCTION compute.agent_session_require(uuid,bigint);
+DROP FUNCTION compute.agent_session_open(uuid,uuid,text,bytea);
 
 DROP FUNCTION compute.svid_request_add(text,text,uuid,uuid,bigint,text,bytea,jsonb,text[],uuid);
 
