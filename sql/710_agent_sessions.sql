@@ -12,7 +12,7 @@
 --                 with the signing key that proved it (compute.site_agent_sessions).
 --   session       agent_api.session_open(agent, site, gateway, certificate key) opens a session only
 --                 while that key is the one certified for the agent under its current signing key:
---                 an agent whose signing key was rotated or cleared (ops.site_agent_signing_key_set)
+--                 an agent whose signing key was replaced (ops.site_agent_signing_key_set)
 --                 gets none with an older certificate. Each open is a new epoch and a new random
 --                 session id, which fences every older one.
 --   agent_api     what a gateway (bc_gateway) calls for an agent's session: claims and results
