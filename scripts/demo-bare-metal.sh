@@ -72,11 +72,11 @@ site=$(step "$BC" sites create --name "rack-$run" --query site_id | tail -1)
 pool=$(step "$BC" pools create --site-id "$site" --name "h200-$run" --gpu-model "NVIDIA H200" --query pool_id | tail -1)
 step "$BC" offerings create --pool-id "$pool" --shape bare_metal --instance-kind bare_metal --max-count 1 \
     --max-duration-seconds 86400 > /dev/null
-printf '\n# the site agent: its key, registered; then it runs (as role bc_site_agent), running only operations signed by the worker, signing its results with its own key\n'
+printf '\n# the site agent: its keys, registered; then it dials the gateway with its own certificate (proven by its signing key), running only operations signed by the worker, signing its results with its own key\n'
 public_key=$(step "$BC" serve site-agent --key "$DEMO/keys/site-agent.key" --print-public-key)
 signing_key=$(step "$BC" serve site-agent --signing-key "$DEMO/keys/site-agent-signing.key" --print-signing-key)
 agent=$(step "$BC" machines register-agent --site-id "$site" --name agent-1 --public-key "$public_key" --signing-key "$signing_key" --query agent_id | tail -1)
-start agent "$BC" serve site-agent --dsn "$dsn" --agent-id "$agent" --key "$DEMO/keys/site-agent.key" \
+start agent "$BC" serve site-agent --gateway "$gateway" --ca-file "$ca" --agent-id "$agent" --key "$DEMO/keys/site-agent.key" \
     --signing-key "$DEMO/keys/site-agent-signing.key" --intent-key "$DEMO/keys/intent.key"
 
 printf '\n# enroll (the password is read from a file and sealed to the agent'"'"'s key in the CLI), manage, provide: each one API call\n'

@@ -11,6 +11,8 @@
 --   node_api.renew_request  under the node's current session, with a node.renew envelope signed by
 --                           the node's registered key (verified by the signer)
 --   node_api.gateway_certificate_request   a gateway's own serverAuth certificate
+--   agent_api.certificate_request  a site agent's certificate (sql/710_agent_sessions.sql), with an
+--                           agent.certificate envelope signed by its registered signing key
 --   compute.node_cas        the trust bundle: the CA that issues (active) and those still trusted
 SET LOCAL ROLE bc_owner;
 
@@ -32,7 +34,7 @@ COMMENT ON TABLE compute.node_cas IS 'Node CA certificates (SHA-256 of the DER):
 
 CREATE TABLE compute.svid_requests (
     request_id    uuid CONSTRAINT svid_requests_pkey PRIMARY KEY,
-    kind          text NOT NULL CONSTRAINT svid_requests_kind_check CHECK (kind IN ('join', 'renew', 'gateway')),
+    kind          text NOT NULL CONSTRAINT svid_requests_kind_check CHECK (kind IN ('join', 'renew', 'gateway', 'agent')),
     gateway       text NOT NULL CONSTRAINT svid_requests_gateway_check CHECK (length(gateway) BETWEEN 1 AND 64),
     node_id       uuid CONSTRAINT svid_requests_node_id_fkey REFERENCES compute.nodes ON DELETE CASCADE,
     token_id      uuid CONSTRAINT svid_requests_token_id_fkey REFERENCES compute.join_tokens,
@@ -47,9 +49,11 @@ CREATE TABLE compute.svid_requests (
     ca_sha256     bytea,
     reason        text CONSTRAINT svid_requests_reason_check CHECK (length(reason) <= 1000),
     decided_at    timestamptz,
+    agent_id      uuid,
     CONSTRAINT svid_requests_join_has_token CHECK ((kind = 'join') = (token_id IS NOT NULL)),
     CONSTRAINT svid_requests_renew_has_session_and_proof CHECK ((kind = 'renew') = (session_epoch IS NOT NULL AND proof IS NOT NULL)),
-    CONSTRAINT svid_requests_gateway_has_no_node CHECK ((kind = 'gateway') = (node_id IS NULL)),
+    CONSTRAINT svid_requests_gateway_has_no_node CHECK ((kind IN ('gateway', 'agent')) = (node_id IS NULL)),
+    CONSTRAINT svid_requests_agent_has_agent_and_proof CHECK ((kind = 'agent') = (agent_id IS NOT NULL AND proof IS NOT NULL)),
     CONSTRAINT svid_requests_issued_has_certificate CHECK ((state = 'issued') = (certificate IS NOT NULL AND ca_sha256 IS NOT NULL)),
     CONSTRAINT svid_requests_refused_has_reason CHECK ((state = 'refused') = (reason IS NOT NULL)),
     CONSTRAINT svid_requests_pending_is_undecided CHECK ((state = 'pending') = (decided_at IS NULL))
@@ -93,7 +97,8 @@ $$;
 COMMENT ON FUNCTION compute.hmac_sha256(bytea, bytea) IS 'HMAC-SHA256 (RFC 2104).';
 
 CREATE FUNCTION compute.svid_request_add(p_kind text, p_gateway text, p_node_id uuid, p_token_id uuid, p_epoch bigint,
-                                         p_csr text, p_public_key bytea, p_proof jsonb, p_names text[])
+                                         p_csr text, p_public_key bytea, p_proof jsonb, p_names text[],
+                                         p_agent_id uuid DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
@@ -115,14 +120,14 @@ BEGIN
             'No signer is keeping up: start `better-compute serve signer` (or a worker with --ca-key), then retry.');
     END IF;
     INSERT INTO compute.svid_requests (request_id, kind, gateway, node_id, token_id, session_epoch, csr, public_key, proof,
-                                       names, requested_at)
+                                       names, requested_at, agent_id)
     VALUES (v_request_id, p_kind, p_gateway, p_node_id, p_token_id, p_epoch, p_csr, p_public_key, p_proof,
-            coalesce(p_names, '{}'), compute.compute_now());
+            coalesce(p_names, '{}'), compute.compute_now(), p_agent_id);
     PERFORM pg_catalog.pg_notify('bc_svid_request', v_request_id::text);
     RETURN v_request_id;
 END
 $$;
-COMMENT ON FUNCTION compute.svid_request_add(text, text, uuid, uuid, bigint, text, bytea, jsonb, text[]) IS 'Record a certificate request for a signer (NOTIFY bc_svid_request).';
+COMMENT ON FUNCTION compute.svid_request_add(text, text, uuid, uuid, bigint, text, bytea, jsonb, text[], uuid) IS 'Record a certificate request for a signer (NOTIFY bc_svid_request).';
 
 CREATE FUNCTION compute.node_join_bound(p_token_ref bytea, p_proof bytea, p_inventory jsonb, p_public_key bytea,
                                         p_csr text, p_gateway text)
@@ -220,9 +225,12 @@ BEGIN
                        'node_id', r.node_id, 'session_epoch', r.session_epoch, 'csr', r.csr,
                        'public_key', pg_catalog.encode(r.public_key, 'base64'), 'proof', r.proof,
                        'names', pg_catalog.to_jsonb(r.names),
-                       'registered_key', pg_catalog.encode(i.public_key, 'base64')) AS request
+                       'registered_key', pg_catalog.encode(i.public_key, 'base64'),
+                       'agent_id', r.agent_id, 'site_id', a.site_id,
+                       'agent_signing_key', pg_catalog.encode(a.signing_key, 'base64')) AS request
               FROM compute.svid_requests AS r
               LEFT JOIN compute.node_identities AS i ON i.node_id = r.node_id
+              LEFT JOIN compute.site_agents AS a ON a.agent_id = r.agent_id
              WHERE r.state = 'pending'
              ORDER BY r.requested_at
              LIMIT greatest(coalesce(p_limit, 1), 1)) AS d);
@@ -244,6 +252,9 @@ BEGIN
     END IF;
     IF p_request.kind = 'gateway' THEN
         RETURN NULL;
+    END IF;
+    IF p_request.kind = 'agent' THEN
+        RETURN compute.agent_certificate_refusal(p_request, p_verified_key);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM compute.nodes AS n WHERE n.node_id = p_request.node_id) THEN
         RETURN 'the node no longer exists';
@@ -283,7 +294,7 @@ CREATE FUNCTION compute.svid_decide(p_request_id uuid, p_verified_key bytea, p_c
 RETURNS text
 LANGUAGE plpgsql
 AS $$
--- Lock order: the request row.
+-- Lock order: the request row, then (an agent's certificate) the agent's session row.
 DECLARE
     v_request compute.svid_requests;
     v_reason  text := p_reason;
@@ -305,6 +316,9 @@ BEGIN
            ca_sha256 = CASE WHEN v_reason IS NULL THEN p_ca_sha256 END,
            reason = pg_catalog.left(v_reason, 1000), decided_at = compute.compute_now()
      WHERE request_id = p_request_id;
+    IF v_reason IS NULL AND v_request.kind = 'agent' THEN
+        PERFORM compute.agent_certified(v_request, p_verified_key);
+    END IF;
     PERFORM pg_catalog.pg_notify('bc_svid', p_request_id::text);
     RETURN CASE WHEN v_reason IS NULL THEN 'issued' ELSE 'refused' END;
 END

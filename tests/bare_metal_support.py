@@ -125,24 +125,35 @@ class Agent:
         return self.log_path.read_text(errors="replace")
 
 
-def register_agent(sql: psycopg.Connection, site_id: uuid.UUID, key_path: Path) -> Agent:
+def register_agent(sql: psycopg.Connection, site_id: uuid.UUID, key_path: Path, name: str = "agent-1") -> Agent:
     keyring, signing_key = SecretKeyring(key_path), key_path.with_suffix(".signing.key")
-    agent_id = sql.execute("SELECT ops.site_agent_register(%s, 'agent-1', %s, %s)",
-                           (site_id, keyring.public_key, raw_public_key(IntentSigner(signing_key)))).fetchone()[0]
+    agent_id = sql.execute("SELECT ops.site_agent_register(%s, %s, %s, %s)",
+                           (site_id, name, keyring.public_key, raw_public_key(IntentSigner(signing_key)))).fetchone()[0]
     return Agent(agent_id, keyring, Path(tempfile.mkstemp(prefix="site-agent-", suffix=".log")[1]), signing_key)
 
 
-def agent_argv(dsn: str, agent: Agent, intent_key: Path) -> list[str]:
-    """`serve site-agent` for `agent`, trusting operations signed by the workers' `intent_key`."""
-    return ["site-agent", "--dsn", dsn, "--agent-id", str(agent.agent_id), "--key", str(agent.keyring.current_path),
+def gateway_link(gateway: GatewayProcess) -> list[str]:
+    """The agent dials `gateway` (its session, with its own certificate)."""
+    return ["--gateway", gateway.url, "--ca-file", str(gateway.ca_path)]
+
+
+def dsn_link(dsn: str) -> list[str]:
+    """The fallback: the agent logs in to PostgreSQL as bc_site_agent."""
+    return ["--dsn", dsn]
+
+
+def agent_argv(link: list[str], agent: Agent, intent_key: Path) -> list[str]:
+    """`serve site-agent` for `agent` over `link` (gateway_link or dsn_link), trusting operations
+    signed by the workers' `intent_key`."""
+    return ["site-agent", *link, "--agent-id", str(agent.agent_id), "--key", str(agent.keyring.current_path),
             "--signing-key", str(agent.signing_key), "--intent-key", str(intent_key)]
 
 
 @contextmanager
-def running_agent(dsn: str, agent: Agent, intent_key: Path) -> Iterator[subprocess.Popen[bytes]]:
+def running_agent(link: list[str], agent: Agent, intent_key: Path) -> Iterator[subprocess.Popen[bytes]]:
     """`better-compute serve site-agent` as a process (log appended to agent.log_path); SIGKILL on exit."""
     with agent.log_path.open("ab") as log_file:
-        process = subprocess.Popen([sys.executable, "-m", "better_compute.cli.main", "serve", *agent_argv(dsn, agent, intent_key)],
+        process = subprocess.Popen([sys.executable, "-m", "better_compute.cli.main", "serve", *agent_argv(link, agent, intent_key)],
                                    stdout=subprocess.DEVNULL, stderr=log_file, cwd=REPO,
                                    env={**os.environ, "PYTHONPATH": str(REPO / "py")})
     try:

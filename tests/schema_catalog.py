@@ -13,7 +13,7 @@ import psycopg
 
 from better_compute.embedded import pg_bindir
 
-OUR_SCHEMAS = ("compute", "api", "node_api", "worker_api", "ops")
+OUR_SCHEMAS = ("compute", "api", "node_api", "worker_api", "ops", "agent_api")
 OUR_ROLES = ("bc_owner", "bc_api", "bc_gateway", "bc_worker", "bc_operator")
 
 # pg_dump starts each object (TOC entry) with "--\n-- Name: x; Type: T; Schema: s; Owner: o\n--\n".

@@ -1,5 +1,7 @@
 """Bare metal end to end with real processes: PostgreSQL, the gateway and the worker (`serve`), the
-site agent (`serve site-agent`), a real Redfish BMC (sushy-tools' emulator, fake driver) and `bcd`.
+site agent (`serve site-agent`, dialing the gateway with its own certificate; the 503 / BMC-down
+cases use its fallback login, bc_site_agent), a real Redfish BMC (sushy-tools' emulator, fake
+driver) and `bcd`.
 
 enroll -> manage (verify over Redfish) -> provide (power off, media out, image in with a token,
 boot from CD, power on) -> the image's bcd joins with the machine's token -> active, bookable -> a
@@ -21,8 +23,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from bare_metal_support import (Agent, Emulator, boot_image, enroll, image_server, public_key_b64, register_agent,
-                                running_agent, running_emulator, start_emulator, state, wait_state)
+from bare_metal_support import (Agent, Emulator, boot_image, dsn_link, enroll, gateway_link, image_server, public_key_b64,
+                                register_agent, running_agent, running_emulator, start_emulator, state, wait_state)
 from better_compute.siteagent.redfish import Bmc, Credentials
 from fleet import H200_MODEL
 from gateway_support import GatewayProcess, running_worker_process
@@ -83,7 +85,7 @@ def test_enroll_provision_join_release_clean_rejoin_with_a_new_key(
         sql: psycopg.Connection, db_dsn: str, site: tuple[uuid.UUID, uuid.UUID], emulator: Emulator, image: str,
         agent: Agent, gateway: GatewayProcess, tmp_path: Path) -> None:
     machine = enroll(sql, agent, site[1], "bm-01", emulator, image)
-    with running_agent(db_dsn, agent, tmp_path / "keys" / "intent.key"):
+    with running_agent(gateway_link(gateway), agent, tmp_path / "keys" / "intent.key"):
         sql.execute("SELECT ops.machine_manage('bm-01')")
         wait_state(sql, machine, "manageable", PROVISION_SECONDS, agent)
         sql.execute("SELECT ops.machine_provide('bm-01')")
@@ -128,6 +130,9 @@ def test_enroll_provision_join_release_clean_rejoin_with_a_new_key(
     assert [kind for kind, _state in ops] == ["verify", "power_off", "vmedia_eject", "vmedia_insert", "boot_device", "power_on",
                                              "power_off", "vmedia_eject", "boot_device",
                                              "power_off", "vmedia_eject", "vmedia_insert", "boot_device", "power_on"]
+    # The agent ran every op over its gateway session (its own certificate), not as bc_site_agent.
+    assert sql.execute("SELECT gateway FROM ops.site_agent_sessions WHERE agent_id = %s",
+                       (agent.agent_id,)).fetchone() == ("gw-test",)
     assert_no_credential_anywhere(sql, db_dsn, emulator.password, [agent.log(), gateway.server.log()])
 
 
@@ -144,7 +149,7 @@ def test_persistent_503s_quarantine_the_machine_with_the_reason(
         agent: Agent, worker: None, tmp_path: Path) -> None:
     machine = enroll(sql, agent, site[1], "bm-02", emulator, image)
     emulator.fault(status=503)
-    with running_agent(db_dsn, agent, tmp_path / "keys" / "intent.key"):
+    with running_agent(dsn_link(db_dsn), agent, tmp_path / "keys" / "intent.key"):
         sql.execute("SELECT ops.machine_manage('bm-02')")
         wait_state(sql, machine, "verify_failed", 60, agent)
     row = sql.execute("SELECT quarantined, failure_count, last_error, bmc_reachable FROM ops.machines WHERE machine_id = %s",
@@ -153,7 +158,7 @@ def test_persistent_503s_quarantine_the_machine_with_the_reason(
     assert row[2] == "verify failed 5 times; last: the BMC answered HTTP 503"
     emulator.fault(status=None)
     sql.execute("SELECT ops.machine_retry('bm-02')")  # only an operator leaves a failed state
-    with running_agent(db_dsn, agent, tmp_path / "keys" / "intent.key"):
+    with running_agent(dsn_link(db_dsn), agent, tmp_path / "keys" / "intent.key"):
         wait_state(sql, machine, "manageable", 60, agent)
 
 
@@ -162,7 +167,7 @@ def test_a_bmc_that_is_down_changes_only_bmc_reachable(
         agent: Agent, worker: None, tmp_path: Path) -> None:
     machine = enroll(sql, agent, site[1], "bm-03", emulator, image)
     emulator.stop()
-    with running_agent(db_dsn, agent, tmp_path / "keys" / "intent.key"):
+    with running_agent(dsn_link(db_dsn), agent, tmp_path / "keys" / "intent.key"):
         sql.execute("SELECT ops.machine_manage('bm-03')")
         wait_until(lambda: sql.execute("SELECT bmc_reachable IS FALSE FROM compute.machines WHERE machine_id = %s",
                                        (machine,)).fetchone()[0], "BmcReachable false", agent.log)

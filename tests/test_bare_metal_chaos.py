@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 
-from bare_metal_support import Agent, agent_argv, enroll, image_server, register_agent, running_emulator, state
+from bare_metal_support import Agent, agent_argv, dsn_link, enroll, image_server, register_agent, running_emulator, state
 from better_compute.pki import IntentSigner
 from fleet import H200_MODEL
 from gateway_support import REPO
@@ -60,7 +60,7 @@ def test_killing_agent_and_worker_never_loses_a_machine_nor_repeats_an_operation
                    "--intent-key", str(tmp_path / "intent.key"), "--audit-key", str(tmp_path / "audit.pem"),
                    "--webhook-key", str(tmp_path / "webhook.key")]
     IntentSigner(tmp_path / "intent.key").private_key  # made before the worker and the agent start
-    site_agent_argv = agent_argv(db_dsn, agent, tmp_path / "intent.key")
+    site_agent_argv = agent_argv(dsn_link(db_dsn), agent, tmp_path / "intent.key")
     worker_log = Path(tempfile.mkstemp(prefix="chaos-worker-", suffix=".log")[1])
     with ExitStack() as stack:
         image = stack.enter_context(image_server(tmp_path / "images"))

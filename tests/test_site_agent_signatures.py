@@ -14,7 +14,7 @@ import psycopg
 from better_compute.db import Database
 from better_compute.pki import IntentSigner
 from better_compute.sealing import SecretKeyring, seal
-from better_compute.siteagent.agent import SiteAgent
+from better_compute.siteagent.agent import DatabaseLink, SiteAgent
 from better_compute.siteagent.cli import raw_public_key
 from better_compute.worker.bmc_results import apply_bmc_result
 from better_compute.worker.runtime import WorkItem
@@ -52,9 +52,11 @@ def machine_with_an_op(db: psycopg.Connection, keyring: SecretKeyring, signer: I
 def run_once(db_dsn: str, agent_id: uuid.UUID, keyring: SecretKeyring, intent: IntentSigner, signer: IntentSigner, op_id: int) -> None:
     """Claim and run one op with the agent, then apply its result as the worker does."""
     with Database(db_dsn, role="bc_site_agent") as agent_db:
-        agent = SiteAgent(agent_db, agent_id, keyring, intent.private_key.public_key(), signer, 1, RecordingBmc)  # type: ignore[arg-type]
-        assert agent.claim() == 1
-        agent.pool.shutdown(wait=True)
+        agent = SiteAgent(agent_id, keyring, intent.private_key.public_key(), signer, 1, RecordingBmc)  # type: ignore[arg-type]
+        ops = agent_db.call("site_api.ops_claim", agent_id, agent.room())
+        assert len(ops) == 1
+        agent.start(ops, DatabaseLink(agent_db, agent))
+        agent.stop()
     apply_result(db_dsn, op_id)
 
 

@@ -21,13 +21,13 @@ $$;
 
 CREATE TEMP TABLE expected_grants(schema_name text, role_name text) ON COMMIT DROP;
 INSERT INTO expected_grants VALUES ('api', 'bc_api'), ('node_api', 'bc_gateway'), ('worker_api', 'bc_worker'),
-                                   ('ops', 'bc_operator'), ('site_api', 'bc_site_agent');
+                                   ('ops', 'bc_operator'), ('site_api', 'bc_site_agent'), ('agent_api', 'bc_gateway');
 
 SELECT is_empty($$
     SELECT n.nspname || '.' || p.proname || ' -> ' || r.role_name
       FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
      CROSS JOIN unnest(ARRAY['bc_api', 'bc_gateway', 'bc_worker', 'bc_operator', 'bc_site_agent']) AS r(role_name)
-     WHERE n.nspname IN ('compute', 'api', 'node_api', 'worker_api', 'ops', 'site_api') AND NOT pg_temp.in_extension(p.oid)
+     WHERE n.nspname IN ('compute', 'api', 'node_api', 'worker_api', 'ops', 'site_api', 'agent_api') AND NOT pg_temp.in_extension(p.oid)
        AND has_function_privilege(r.role_name, p.oid, 'EXECUTE')
        AND NOT EXISTS (SELECT 1 FROM expected_grants e WHERE e.schema_name = n.nspname AND e.role_name = r.role_name)
 $$, 'no client role may execute a function outside its own schema');
@@ -42,14 +42,14 @@ $$, 'every function of a client schema is executable by that schema''s role');
 SELECT is_empty($$
     SELECT n.nspname || '.' || p.proname
       FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-     WHERE n.nspname IN ('compute', 'api', 'node_api', 'worker_api', 'ops', 'site_api') AND NOT pg_temp.in_extension(p.oid)
+     WHERE n.nspname IN ('compute', 'api', 'node_api', 'worker_api', 'ops', 'site_api', 'agent_api') AND NOT pg_temp.in_extension(p.oid)
        AND (p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a WHERE a.grantee = 0))
 $$, 'PUBLIC may execute none of our functions');
 
 SELECT is_empty($$
     SELECT n.nspname || '.' || p.proname
       FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-     WHERE n.nspname IN ('compute', 'api', 'node_api', 'worker_api', 'ops', 'site_api') AND NOT pg_temp.in_extension(p.oid)
+     WHERE n.nspname IN ('compute', 'api', 'node_api', 'worker_api', 'ops', 'site_api', 'agent_api') AND NOT pg_temp.in_extension(p.oid)
        AND p.proowner <> 'bc_owner'::regrole
 $$, 'bc_owner owns every function');
 

@@ -27,7 +27,7 @@ from psycopg import sql
 
 from better_compute import embedded, migrate
 
-SCHEMAS = ("compute", "api", "node_api", "worker_api", "ops", "site_api")
+SCHEMAS = ("compute", "api", "node_api", "worker_api", "ops", "site_api", "agent_api")
 _NOISE = ("SET ", "SELECT pg_catalog.set_config", "\\")  # session settings, \\restrict lines
 _ORDER_FREE = re.compile(r"; Type: (ACL|TABLE DATA);")  # grants and rows come in no telling order
 _ENTRY_HEADER = re.compile(r"^--\n-- (.+)\n--\n", re.MULTILINE)

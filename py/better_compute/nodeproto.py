@@ -39,6 +39,8 @@ JOINED_BYTES = 64 * 1024  # a certificate, the CA, the intent key, names
 
 JOIN_PATH = "/join"
 SESSION_PATH = "/session"
+AGENT_PATH = "/agent"  # a site agent's session (its certificate)
+AGENT_CERTIFICATE_PATH = "/agent/certificate"  # a site agent asks for its certificate
 FENCED = 4001  # close code: a newer session of this node exists (or this one ended)
 GOING_AWAY = 1001  # close code: the gateway is stopping; dial again (another gateway, or this one later)
 
@@ -207,8 +209,82 @@ class Error:
     hint: str | None = None
 
 
+# -- site agents (docs/bare-metal.md): /agent/certificate (TLS without a client certificate), then
+# /agent (mutual TLS with the agent's certificate) ------------------------------------------------
+
+@dataclass(frozen=True)
+class AgentCertify:
+    """agent: a CSR (PEM) for its TLS key and the agent.certificate envelope over its agent id and
+    that key, signed by its registered Ed25519 signing key (pki/binding.py); answered `certificate`."""
+
+    TYPE: ClassVar[str] = "agent_certify"
+    LIMIT: ClassVar[int] = PEM_BYTES
+    agent_id: str
+    csr: str
+    proof: Envelope
+
+
+@dataclass(frozen=True)
+class AgentHello:
+    """gateway: the agent's session is open under `epoch`; it runs at most `bmc_sessions` operations
+    at once; `now` is the control plane's time (the operations' deadlines are in it)."""
+
+    TYPE: ClassVar[str] = "agent_hello"
+    LIMIT: ClassVar[int] = SMALL_BYTES
+    epoch: int
+    bmc_sessions: int
+    now: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """agent: claim up to `limit` queued BMC operations (it has room for that many)."""
+
+    TYPE: ClassVar[str] = "claim"
+    LIMIT: ClassVar[int] = SMALL_BYTES
+    limit: int
+
+
+@dataclass(frozen=True)
+class Ops:
+    """gateway: the operations claimed (each as the database answers it, with the worker's signed
+    envelope), and the control plane's time of the claim."""
+
+    TYPE: ClassVar[str] = "ops"
+    LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
+    ops: list[dict[str, Any]]
+    now: str
+
+
+@dataclass(frozen=True)
+class Wake:
+    """gateway: operations of this agent were queued: claim."""
+
+    TYPE: ClassVar[str] = "wake"
+    LIMIT: ClassVar[int] = SMALL_BYTES
+
+
+@dataclass(frozen=True)
+class BmcResult:
+    """agent: a result envelope (purpose bmc.result) signed by its signing key, relayed as it is."""
+
+    TYPE: ClassVar[str] = "bmc_result"
+    LIMIT: ClassVar[int] = NODE_MESSAGE_BYTES
+    envelope: Envelope
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """gateway: the result of operation `op_id` was relayed (a worker verifies it); an `error` says otherwise."""
+
+    TYPE: ClassVar[str] = "relayed"
+    LIMIT: ClassVar[int] = SMALL_BYTES
+    op_id: int
+    answer: str
+
+
 Message = Union[Join, Joined, Hello, Heartbeat, Inventory, Spec, Observed, Command, Result, Key, Renew, Certificate,
-                Error]
+                Error, AgentCertify, AgentHello, Claim, Ops, Wake, BmcResult, Relayed]
 TYPES: dict[str, type[Message]] = {cls.TYPE: cls for cls in typing.get_args(Message)}
 # Each type's fields and their types, for decode (resolved once: annotations are strings here).
 FIELD_TYPES: dict[type[Message], dict[str, Any]] = {

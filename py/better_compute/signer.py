@@ -23,21 +23,22 @@ import hashlib
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import psycopg
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from psycopg import sql
 
 from better_compute.clock import Clock
 from better_compute.db import Database
 from better_compute.pki import (DEFAULT_LIFETIME, CertificateAuthority, PkiError, issue_svid, open_envelope,
                                 read_csr)
-from better_compute.pki.binding import RENEW_PURPOSE, public_key_der
-from better_compute.pki.ca import issue_server_certificate
+from better_compute.pki.binding import AGENT_CERTIFICATE_PURPOSE, RENEW_PURPOSE, public_key_der
+from better_compute.pki.ca import issue_agent_svid, issue_server_certificate
 from better_compute.pki.signing import load_der_public_key
 from better_compute.pki.svid import MAX_LIFETIME
 
@@ -107,6 +108,8 @@ class Signer:
             certificate = issue_server_certificate(self.ca, csr.public_key, request["gateway"], request["names"], now,
                                                    GATEWAY_CERT_LIFETIME)
             return None, certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
+        if request["kind"] == "agent":
+            return self.sign_agent(request, now)
         verified_key = None
         if request["kind"] == "renew":
             if not request["registered_key"]:
@@ -114,6 +117,17 @@ class Signer:
             verified_key = base64.b64decode(request["registered_key"])
             open_envelope(request["proof"], load_der_public_key(verified_key), RENEW_PURPOSE)
         return verified_key, issue_svid(self.ca, request["csr"], UUID(request["node_id"]), now, self.svid_lifetime)
+
+    def sign_agent(self, request: dict[str, Any], now: datetime) -> tuple[bytes, str]:
+        """A site agent's certificate: its agent.certificate envelope verified with the Ed25519
+        signing key the agent registered (the database checks once more that it is that key and
+        that the envelope names this agent and key)."""
+        if not request["agent_signing_key"]:
+            raise PkiError("the site agent has no registered signing key")
+        verified_key = base64.b64decode(request["agent_signing_key"])
+        open_envelope(request["proof"], Ed25519PublicKey.from_public_bytes(verified_key), AGENT_CERTIFICATE_PURPOSE)
+        return verified_key, issue_agent_svid(self.ca, request["csr"], UUID(request["site_id"]), UUID(request["agent_id"]),
+                                              now, self.svid_lifetime)
 
     def stop(self) -> None:
         self.stopping.set()

@@ -1,4 +1,5 @@
-"""The gateway process: one TLS WebSocket server (/join, /session, and GET /metrics), the
+"""The gateway process: one TLS WebSocket server (/join, /session, site agents' /agent/certificate
+and /agent (gateway/agents.py), and GET /metrics), the
 heartbeat and poll timers, LISTEN, the server certificate's rotation; a graceful stop.
 
 On SIGTERM or SIGINT the server stops accepting, closes every session with 1001 (going away: the
@@ -26,13 +27,15 @@ from websockets.http11 import Request, Response
 
 from better_compute.clock import Clock
 from better_compute.db import AsyncDatabase
+from better_compute.gateway.agents import OPS_CHANNEL, AgentSessions
 from better_compute.gateway.channel import Channel
 from better_compute.gateway.issuance import Issuance
 from better_compute.gateway.join import Joiner, bundle_pem
 from better_compute.gateway.metrics import GatewayMetrics
 from better_compute.gateway.session import Push, Sessions, SessionContext, SessionSettings
 from better_compute.gateway.tls import ServerTls, server_names
-from better_compute.nodeproto import GOING_AWAY, JOIN_PATH, NODE_MESSAGE_BYTES, SESSION_PATH
+from better_compute.nodeproto import (AGENT_CERTIFICATE_PATH, AGENT_PATH, GOING_AWAY, JOIN_PATH, NODE_MESSAGE_BYTES,
+                                      SESSION_PATH)
 from better_compute.pki import PkiError
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,7 @@ class Gateway:
             context = SessionContext(self.db, issuance, await self.first_bundle(issuance), clock,
                                      SessionSettings(settings.name, settings.heartbeat_seconds), self.metrics)
             sessions = Sessions(context)
+            agents = AgentSessions(context)
             joiner = Joiner(self.db, issuance, settings.name, self.intent_key, self.metrics)
             tls = ServerTls(settings.name, server_names(settings.host, settings.server_names))
             self.keep_bundle(tls, context, context.bundle)
@@ -109,8 +113,13 @@ class Gateway:
             async def route(connection: ServerConnection) -> None:
                 channel = Channel(connection, self.metrics)
                 try:
-                    if path_of(connection.request) == JOIN_PATH:
+                    path = path_of(connection.request)
+                    if path == JOIN_PATH:
                         await joiner.handle(channel)
+                    elif path == AGENT_CERTIFICATE_PATH:
+                        await agents.certify(channel)
+                    elif path == AGENT_PATH:
+                        await agents.serve(channel)
                     else:
                         await sessions.serve(channel)
                 except ConnectionClosed:
@@ -132,7 +141,7 @@ class Gateway:
                 tasks = [asyncio.create_task(every(settings.heartbeat_seconds, sessions.heartbeats, "heartbeats")),
                          asyncio.create_task(every(settings.poll_seconds, poll, "poll")),
                          asyncio.create_task(every(settings.poll_seconds, refresh_bundle, "trust bundle")),
-                         asyncio.create_task(sessions.listen()),
+                         asyncio.create_task(sessions.listen({OPS_CHANNEL: agents.wake})),
                          asyncio.create_task(keep_fresh(tls, self.db, issuance, clock, rotate_at))]
                 try:
                     await self.stopping.wait()
@@ -177,9 +186,10 @@ class Gateway:
             del response.headers["Content-Type"]
             response.headers["Content-Type"] = content_type
             return response
-        if path in (JOIN_PATH, SESSION_PATH):
+        if path in (JOIN_PATH, SESSION_PATH, AGENT_CERTIFICATE_PATH, AGENT_PATH):
             return None
-        return connection.respond(HTTPStatus.NOT_FOUND, f"nodes use {JOIN_PATH} and {SESSION_PATH}\n")
+        return connection.respond(HTTPStatus.NOT_FOUND, f"nodes use {JOIN_PATH} and {SESSION_PATH}, site agents "
+                                                        f"{AGENT_CERTIFICATE_PATH} and {AGENT_PATH}\n")
 
 
 def path_of(request: Request | None) -> str:

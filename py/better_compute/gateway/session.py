@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -311,18 +311,24 @@ class Sessions:
         if session is not None:
             session.poke(wanted)
 
-    async def listen(self) -> None:
-        """LISTEN for signed specs and commands until cancelled; after (re)connecting, poke every
-        session (what was notified meanwhile is lost; the poll timer covers the gaps too)."""
+    async def listen(self, others: Mapping[str, Callable[[str], None]]) -> None:
+        """LISTEN for signed specs and commands (and `others`' channels: each gets the payload, and
+        "" after a reconnect) until cancelled; after (re)connecting, poke every session (what was
+        notified meanwhile is lost; the poll timer covers the gaps too)."""
         pushes = {SPEC_CHANNEL: Push.SPEC, COMMAND_CHANNEL: Push.COMMANDS}
         while True:
             try:
                 async with await self.context.db.connect() as conn:
-                    for channel in pushes:
+                    for channel in [*pushes, *others]:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     self.poke_all(Push.NEW_SPEC | Push.COMMANDS)
+                    for other in others.values():
+                        other("")
                     async for notify in conn.notifies():
-                        self.poke(notify.payload, pushes[notify.channel])
+                        if notify.channel in others:
+                            others[notify.channel](notify.payload)
+                        else:
+                            self.poke(notify.payload, pushes[notify.channel])
             except (psycopg.Error, OSError) as error:
                 log.warning("LISTEN lost (%s); sessions are polled until it is back", error)
                 await asyncio.sleep(RECONNECT_SECONDS)

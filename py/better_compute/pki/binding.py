@@ -9,6 +9,10 @@ token nor its hash, so it cannot join a key of its own with a token it relayed.
 Renewal: the node signs a `node.renew` envelope with its registered key over its node id, the
 session epoch and the SHA-256 of the key to certify; the signer verifies it against the key the
 database holds, the database checks what it names (sql/650_svid_issuance.sql).
+
+A site agent's certificate: the agent signs an `agent.certificate` envelope with its registered
+Ed25519 signing key over its agent id and the SHA-256 of the (P-256) key to certify; the signer
+verifies it with the registered key, the database checks what it names.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 JOIN_PROOF_PREFIX = b"bc-v1\njoin\n"
 RENEW_PURPOSE = "node.renew"
+AGENT_CERTIFICATE_PURPOSE = "agent.certificate"
 
 
 def public_key_der(key: PublicKeyTypes) -> bytes:
@@ -41,3 +46,9 @@ def join_token_binding(token: str, public_key: bytes) -> tuple[str, str]:
 def renewal_body(node_id: str, epoch: int, public_key: bytes) -> dict[str, Any]:
     """What a node signs (RENEW_PURPOSE) to renew under session `epoch` for the key of DER `public_key`."""
     return {"node_id": node_id, "epoch": epoch, "public_key_sha256": hashlib.sha256(public_key).hexdigest()}
+
+
+def agent_certificate_body(agent_id: str, public_key: bytes) -> dict[str, Any]:
+    """What a site agent signs (AGENT_CERTIFICATE_PURPOSE) with its registered Ed25519 key to ask for
+    a certificate for the key of DER `public_key` (sql/710_agent_sessions.sql checks what it names)."""
+    return {"agent_id": agent_id, "public_key_sha256": hashlib.sha256(public_key).hexdigest()}

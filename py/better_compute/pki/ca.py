@@ -27,11 +27,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from better_compute.pki.csr import check_hostname, read_csr
-from better_compute.pki.identity import SCHEME, NodeIdentity, check_trust_domain, node_identity
+from better_compute.pki.identity import SCHEME, AgentIdentity, NodeIdentity, check_trust_domain, node_identity
 from better_compute.pki.keys import (CERTIFICATE_CURVE, PkiError, check_certificate_key, create_file_once,
                                      load_or_create_private_key)
 from better_compute.pki.pkcs11 import Pkcs11CaKey
-from better_compute.pki.svid import BACKDATE, DEFAULT_LIFETIME, ca_trust_domain, svid_validity, utc_seconds, verify_svid
+from better_compute.pki.svid import (BACKDATE, DEFAULT_LIFETIME, ca_trust_domain, svid_validity, utc_seconds,
+                                    verify_agent_svid, verify_svid)
 
 CA_LIFETIME = timedelta(days=3650)
 CA_NAME = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Better Compute node CA")])
@@ -43,7 +44,7 @@ class SvidRequest:
     exactly this period. The CSR itself is passed on for signers (managed CAs) that want it."""
 
     csr: x509.CertificateSigningRequest
-    identity: NodeIdentity
+    identity: NodeIdentity | AgentIdentity
     not_before: datetime
     not_after: datetime
 
@@ -201,15 +202,37 @@ def subject_alternative_names(names: Sequence[str], spiffe_id: str) -> x509.Subj
 def issue_svid(ca: CertificateSigner, csr_pem: str | bytes, node_id: UUID, now: datetime,
                lifetime: timedelta = DEFAULT_LIFETIME) -> str:
     """An SVID (PEM) for the node `node_id` and the key of its CSR, in the CA's trust domain."""
-    node_csr = read_csr(csr_pem)
     identity = node_identity(ca_trust_domain(ca.certificate), node_id)
-    not_before, not_after = svid_validity(now, lifetime)
-    certificate = ca.issue(SvidRequest(node_csr.csr, identity, not_before, not_after))
-    # The signer is a port: what it returns is checked to be exactly the SVID asked for.
-    if (verify_svid(ca.certificate, certificate, now) != identity or certificate.public_key() != node_csr.public_key
-            or (certificate.not_valid_before_utc, certificate.not_valid_after_utc) != (not_before, not_after)):
+    certificate = issued(ca, csr_pem, identity, now, lifetime)
+    return pem_of(certificate, identity, verify_svid(ca.certificate, certificate, now))
+
+
+def issue_agent_svid(ca: CertificateSigner, csr_pem: str | bytes, site_id: UUID, agent_id: UUID, now: datetime,
+                     lifetime: timedelta = DEFAULT_LIFETIME) -> str:
+    """An SVID (PEM) for the site agent `agent_id` of `site_id` and the key of its CSR."""
+    identity = AgentIdentity(ca_trust_domain(ca.certificate), site_id, agent_id)
+    certificate = issued(ca, csr_pem, identity, now, lifetime)
+    return pem_of(certificate, identity, verify_agent_svid([ca.certificate], certificate, now))
+
+
+def pem_of(certificate: x509.Certificate, identity: NodeIdentity | AgentIdentity,
+           verified: NodeIdentity | AgentIdentity) -> str:
+    if verified != identity:
         raise PkiError("the CA signer returned another certificate than the SVID it was asked for")
     return certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
+
+
+def issued(ca: CertificateSigner, csr_pem: str | bytes, identity: NodeIdentity | AgentIdentity, now: datetime,
+           lifetime: timedelta) -> x509.Certificate:
+    """The certificate the signer returns for the CSR's key under `identity`, checked to be exactly
+    the SVID asked for (the signer is a port)."""
+    node_csr = read_csr(csr_pem)
+    not_before, not_after = svid_validity(now, lifetime)
+    certificate = ca.issue(SvidRequest(node_csr.csr, identity, not_before, not_after))
+    if (certificate.public_key() != node_csr.public_key
+            or (certificate.not_valid_before_utc, certificate.not_valid_after_utc) != (not_before, not_after)):
+        raise PkiError("the CA signer returned another certificate than the SVID it was asked for")
+    return certificate
 
 
 def renew_svid(ca: CertificateSigner, presented: x509.Certificate, csr_pem: str | bytes, now: datetime,

@@ -18,7 +18,8 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from better_compute.pki.identity import SCHEME, NodeIdentity, check_trust_domain, spiffe_id_of, uri_sans
+from better_compute.pki.identity import (SCHEME, AgentIdentity, NodeIdentity, agent_spiffe_id_of, check_trust_domain,
+                                        spiffe_id_of, uri_sans)
 from better_compute.pki.keys import PkiError, check_certificate_key
 
 DEFAULT_LIFETIME = timedelta(hours=1)
@@ -64,6 +65,25 @@ def verify_svid(ca_cert: x509.Certificate | Sequence[x509.Certificate], cert: x5
     of a trust bundle, during a CA rotation): the chain and validity period (RFC 5280 path validation
     by `cryptography`), the leaf profile, the SPIFFE ID's form and trust domain. Anything else
     raises PkiError."""
+    trust_domain = verify_leaf(ca_cert, cert, now)
+    identity = spiffe_id_of(cert)
+    if identity.trust_domain != trust_domain:
+        raise PkiError(f"the certificate is of trust domain {identity.trust_domain}, the CA's is {trust_domain}")
+    return identity
+
+
+def verify_agent_svid(bundle: Sequence[x509.Certificate], cert: x509.Certificate, now: datetime) -> AgentIdentity:
+    """The site agent `cert` identifies, checked as verify_svid checks a node's; a node's SVID (or
+    anything but `spiffe://{trust-domain}/site/{site}/agent/{agent}`) raises PkiError."""
+    trust_domain = verify_leaf(bundle, cert, now)
+    identity = agent_spiffe_id_of(cert)
+    if identity.trust_domain != trust_domain:
+        raise PkiError(f"the certificate is of trust domain {identity.trust_domain}, the CA's is {trust_domain}")
+    return identity
+
+
+def verify_leaf(ca_cert: x509.Certificate | Sequence[x509.Certificate], cert: x509.Certificate, now: datetime) -> str:
+    """The trust domain of the bundle, when `cert` is a valid SVID leaf at `now` issued by one of its CAs."""
     bundle = [ca_cert] if isinstance(ca_cert, x509.Certificate) else list(ca_cert)
     if not bundle:
         raise PkiError("the trust bundle holds no node CA")
@@ -74,10 +94,7 @@ def verify_svid(ca_cert: x509.Certificate | Sequence[x509.Certificate], cert: x5
     except VerificationError as error:
         raise PkiError(f"the certificate is not valid at {now} under the node CA: {error}") from None
     check_leaf_profile(cert)
-    identity = spiffe_id_of(cert)
-    if identity.trust_domain != trust_domain:
-        raise PkiError(f"the certificate is of trust domain {identity.trust_domain}, the CA's is {trust_domain}")
-    return identity
+    return trust_domain
 
 
 def check_leaf_profile(cert: x509.Certificate) -> None:
