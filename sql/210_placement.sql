@@ -83,16 +83,33 @@ CREATE FUNCTION compute.atom_busy_bookings_changed()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
+-- Lock order: the atom_busy rows, in atom_id order (as compute.atom_busy_refresh).
 DECLARE
     v_atoms uuid[];
+    v_from  timestamptz;
 BEGIN
     -- The atoms a changed held booking covers (before or after the change). Three statements: a
     -- transition table exists only for the events that have it.
     IF TG_OP = 'INSERT' THEN
-        SELECT pg_catalog.array_agg(DISTINCT x.atom_id) INTO v_atoms
-          FROM changed_bookings AS c
-          JOIN compute.atoms AS x ON x.device_id = c.device_id AND x.slices && c.slices AND x.shares && c.shares
-         WHERE c.state = 'held';
+        -- Added holds only add busy time, so each covered atom's windows grow by theirs: exact,
+        -- with no read of bookings (an end or a move, below, may free time that another hold still
+        -- covers, so those recompute). The rows are locked first, in atom_id order; the UPDATE then
+        -- applies the union to their newest versions, so a concurrent refresh is never lost.
+        v_from := compute.compute_now();
+        PERFORM 1 FROM compute.atom_busy AS s
+         WHERE s.atom_id IN (SELECT x.atom_id FROM changed_bookings AS c
+                               JOIN compute.atoms AS x ON x.device_id = c.device_id AND x.slices && c.slices AND x.shares && c.shares
+                              WHERE c.state = 'held')
+         ORDER BY s.atom_id FOR UPDATE;
+        UPDATE compute.atom_busy AS s
+           SET busy = s.busy * pg_catalog.tstzmultirange(tstzrange(v_from, NULL)) + w.busy
+          FROM (SELECT x.atom_id, pg_catalog.range_agg(c.during * tstzrange(v_from, NULL)) AS busy
+                  FROM changed_bookings AS c
+                  JOIN compute.atoms AS x ON x.device_id = c.device_id AND x.slices && c.slices AND x.shares && c.shares
+                 WHERE c.state = 'held'
+                 GROUP BY x.atom_id) AS w
+         WHERE s.atom_id = w.atom_id;
+        RETURN NULL;
     ELSIF TG_OP = 'DELETE' THEN
         SELECT pg_catalog.array_agg(DISTINCT x.atom_id) INTO v_atoms
           FROM previous_bookings AS c
@@ -112,7 +129,7 @@ BEGIN
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION compute.atom_busy_bookings_changed() IS 'Keep compute.atom_busy: recompute the atoms whose held bookings changed.';
+COMMENT ON FUNCTION compute.atom_busy_bookings_changed() IS 'Keep compute.atom_busy: add inserted holds'' windows; recompute the atoms whose held bookings ended, moved or were deleted.';
 CREATE TRIGGER bookings_atom_busy_insert AFTER INSERT ON compute.bookings
     REFERENCING NEW TABLE AS changed_bookings FOR EACH STATEMENT EXECUTE FUNCTION compute.atom_busy_bookings_changed();
 CREATE TRIGGER bookings_atom_busy_update AFTER UPDATE ON compute.bookings

@@ -59,6 +59,18 @@ AS $$
 $$;
 COMMENT ON FUNCTION compute.cdi_name(text, text, text) IS 'CDI device name of an atom of a kind, GPU and MIG device (nvidia.com/gpu=...), or NULL.';
 
+CREATE FUNCTION compute.atom_cdi_name(p_atom compute.atoms, p_gpu_uuid text, p_inventory jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    -- Of the atom, its GPU's uuid and its node's inventory, as a query that joined them has them
+    -- (one expression: inlined into the caller's query).
+    SELECT compute.cdi_name(p_atom.kind, p_gpu_uuid, CASE WHEN p_atom.kind = 'mig'
+                            THEN compute.inventory_mig_uuid(p_inventory, p_gpu_uuid, p_atom.profile, p_atom.placement) END)
+$$;
+COMMENT ON FUNCTION compute.atom_cdi_name(compute.atoms, text, jsonb) IS
+    'CDI device name of an atom on a GPU (its uuid) of a node (its inventory), NULL where the node cannot expose it.';
+
 CREATE FUNCTION compute.atom_cdi_name(p_atom_id uuid)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -66,8 +78,7 @@ AS $$
 -- The CDI device name a node exposes for an atom (compute.cdi_name), NULL where it cannot.
 -- (PL/pgSQL, like the other per-reservation helpers: its plan is kept instead of made per call.)
 BEGIN
-    RETURN (SELECT compute.cdi_name(a.kind, d.uuid, CASE WHEN a.kind = 'mig'
-                                    THEN compute.inventory_mig_uuid(n.inventory, d.uuid, a.profile, a.placement) END)
+    RETURN (SELECT compute.atom_cdi_name(a, d.uuid, n.inventory)
               FROM compute.atoms AS a
               JOIN compute.devices AS d ON d.device_id = a.device_id
               JOIN compute.nodes AS n ON n.node_id = a.node_id
@@ -84,13 +95,14 @@ DECLARE
     v_now      timestamptz := compute.compute_now();
     v_bookings jsonb;
 BEGIN
-    -- The bookings first: the reservation's readiness is made of theirs (computed once each).
+    -- The bookings first: the reservation's readiness is made of theirs (computed once each, from
+    -- the rows read here: no further read of a booking, its reservation or its atom per booking).
     v_bookings := coalesce((
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'atom_id', a.atom_id, 'node', n.name, 'device_uuid', d.uuid, 'kind', a.kind,
                        'profile', a.profile, 'placement', a.placement, 'slot', a.slot,
-                       'cdi_name', compute.atom_cdi_name(a.atom_id), 'state', compute.booking_state(b.state, r.state),
-                       'readiness', compute.booking_readiness(b.booking_id),
+                       'cdi_name', compute.atom_cdi_name(a, d.uuid, n.inventory), 'state', compute.booking_state(b.state, r.state),
+                       'readiness', compute.booking_readiness(b, r.state, r.instance_kind),
                        'conditions', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                                                  'type', c.type, 'status', c.status, 'critical', c.critical, 'reason', c.reason,
                                                  'message', c.message, 'since', c.since) ORDER BY c.type), '[]')

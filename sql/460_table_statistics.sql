@@ -58,3 +58,11 @@ CREATE STATISTICS compute.atoms_validity ON lower(valid), upper(valid), upper_in
 -- 1,200-GPU fleet with 96,000 bookings, analysed: 2.4-2.6 ms per admission generic, 3.4 ms custom,
 -- 10-16 ms custom without the statistics above (docs/capacity.md, "Plans on a growing fleet").
 ALTER FUNCTION compute.place_candidates(uuid, text, tstzrange, boolean, uuid[], bigint) SET plan_cache_mode = force_generic_plan;
+
+-- Placement and booking run generic plans too. With custom plans PostgreSQL planned three of their
+-- statements on every call (the device lock and the recheck in compute.place, the bookings INSERT
+-- in compute.reserve_hold): each takes an array of ids, whose size only a custom plan knows, so the
+-- generic plan always looked dearer, and planning cost about 0.3 ms per admission (pg_stat_statements:
+-- plans = calls). Their generic plans are the same index probes. The setting holds for what they call.
+ALTER FUNCTION compute.place(uuid, text, integer, tstzrange, boolean) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION compute.reserve_hold(jsonb) SET plan_cache_mode = force_generic_plan;

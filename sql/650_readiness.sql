@@ -94,32 +94,30 @@ COMMENT ON FUNCTION compute.node_observed(uuid, jsonb) IS 'A node''s verified ac
 
 -- -- readiness -----------------------------------------------------------------------------------------
 
-CREATE FUNCTION compute.booking_readiness(p_booking_id bigint)
+CREATE FUNCTION compute.booking_readiness(p_booking compute.bookings, p_reservation_state text, p_instance_kind text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
+-- Of a booking row and its reservation's state and instance kind, as a caller that read them has
+-- them (compute.reservation_document: no second read of either row per booking).
 DECLARE
     v_now       timestamptz := compute.compute_now();
-    v_booking   compute.bookings;
-    v_state     text;
+    v_state     text := compute.booking_state(p_booking.state, p_reservation_state);
     v_grant     compute.node_grants;
     v_spec      compute.node_specs;
     v_node      text;
     v_heard     text;
     v_previous  text;
     v_failed    text;
-    v_kind      text;
+    v_kind      text := p_instance_kind;
 BEGIN
-    SELECT * INTO v_booking FROM compute.bookings AS b WHERE b.booking_id = p_booking_id;
-    SELECT compute.booking_state(v_booking.state, r.state), r.instance_kind INTO v_state, v_kind
-      FROM compute.reservations AS r WHERE r.reservation_id = v_booking.reservation_id;
     IF v_state = 'provisional' THEN
         RETURN pg_catalog.jsonb_build_object('state', 'not_running', 'reason', 'waiting for the admission''s decision');
-    ELSIF v_state <> 'active' OR upper(v_booking.during) <= v_now THEN
+    ELSIF v_state <> 'active' OR upper(p_booking.during) <= v_now THEN
         RETURN pg_catalog.jsonb_build_object('state', 'not_running', 'reason', 'ended');
-    ELSIF lower(v_booking.during) > v_now THEN
+    ELSIF lower(p_booking.during) > v_now THEN
         RETURN pg_catalog.jsonb_build_object('state', 'not_running', 'reason',
-            pg_catalog.format('starts at %s', pg_catalog.to_char(lower(v_booking.during) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
+            pg_catalog.format('starts at %s', pg_catalog.to_char(lower(p_booking.during) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
     END IF;
     SELECT n.name, CASE WHEN ns.closed_at IS NULL AND ns.last_heard_at > v_now - compute.limit('session_timeout_seconds') * interval '1 second'
                         THEN 'connected'
@@ -127,7 +125,7 @@ BEGIN
                         ELSE pg_catalog.format('not connected, last heard %s s ago', round(extract(epoch FROM v_now - ns.last_heard_at))) END
       INTO v_node, v_heard
       FROM compute.nodes AS n LEFT JOIN compute.node_sessions AS ns ON ns.node_id = n.node_id
-     WHERE n.node_id = v_booking.node_id;
+     WHERE n.node_id = p_booking.node_id;
     -- A VPS booking (sql/700_instances.sql) is no device of the spec (its GPU is passed through to
     -- the instance's VM, never granted): ready once the node reported the instance running at its
     -- newest generation; failed when the instance failed.
@@ -138,10 +136,10 @@ BEGIN
                             ELSE pg_catalog.jsonb_build_object('state', 'waiting_for_node', 'reason',
                                      pg_catalog.format('node %s (%s) has not reported instance %s running at generation %s (it is %s)',
                                                        v_node, v_heard, i.instance_id, i.generation, i.state)) END
-                  FROM compute.instances AS i WHERE i.reservation_id = v_booking.reservation_id);
+                  FROM compute.instances AS i WHERE i.reservation_id = p_booking.reservation_id);
     END IF;
-    SELECT * INTO v_grant FROM compute.node_grants AS g WHERE g.booking_id = p_booking_id;
-    SELECT * INTO v_spec FROM compute.node_specs AS s WHERE s.node_id = v_booking.node_id;
+    SELECT * INTO v_grant FROM compute.node_grants AS g WHERE g.booking_id = p_booking.booking_id;
+    SELECT * INTO v_spec FROM compute.node_specs AS s WHERE s.node_id = p_booking.node_id;
     IF v_grant.booking_id IS NULL OR v_grant.withdrawn_generation IS NOT NULL THEN
         RETURN pg_catalog.jsonb_build_object('state', 'waiting_for_node', 'reason',
             pg_catalog.format('the spec of node %s does not grant the device yet (its tick adds bookings as they start)', v_node));
@@ -150,9 +148,9 @@ BEGIN
     SELECT pg_catalog.format('; generation %s withdraws reservation %s from this GPU', g.withdrawn_generation, b.reservation_id)
       INTO v_previous
       FROM compute.node_grants AS g JOIN compute.bookings AS b ON b.booking_id = g.booking_id
-     WHERE g.node_id = v_booking.node_id AND g.withdrawn_generation IS NOT NULL AND g.withdrawal_acked_generation IS NULL
-       AND g.fenced_at IS NULL AND b.booking_id <> p_booking_id AND b.device_id = v_booking.device_id
-       AND b.slices && v_booking.slices AND b.shares && v_booking.shares
+     WHERE g.node_id = p_booking.node_id AND g.withdrawn_generation IS NOT NULL AND g.withdrawal_acked_generation IS NULL
+       AND g.fenced_at IS NULL AND b.booking_id <> p_booking.booking_id AND b.device_id = p_booking.device_id
+       AND b.slices && p_booking.slices AND b.shares && p_booking.shares
      ORDER BY g.withdrawn_generation DESC LIMIT 1;
     -- The node could not apply a generation that grants it: its condition.
     SELECT c ->> 'type' || ': ' || coalesce(c ->> 'message', '') INTO v_failed
@@ -181,6 +179,19 @@ BEGIN
                               v_node, v_heard, v_previous));
     END IF;
     RETURN pg_catalog.jsonb_build_object('state', 'ready', 'reason', NULL);
+END
+$$;
+COMMENT ON FUNCTION compute.booking_readiness(compute.bookings, text, text) IS
+    'Whether a booking''s device is usable, given the booking and its reservation''s state and instance kind: {state, reason}.';
+
+CREATE FUNCTION compute.booking_readiness(p_booking_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN (SELECT compute.booking_readiness(b, r.state, r.instance_kind)
+              FROM compute.bookings AS b JOIN compute.reservations AS r ON r.reservation_id = b.reservation_id
+             WHERE b.booking_id = p_booking_id);
 END
 $$;
 COMMENT ON FUNCTION compute.booking_readiness(bigint) IS 'Whether a booking''s device is usable: {state: ready|waiting_for_node|failed|not_running, reason}.';

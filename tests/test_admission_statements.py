@@ -52,3 +52,18 @@ def test_admission_reads_the_clock_table_never_and_single_limits_at_most_five_ti
     limits = sum(n for text, n in texts.items() if text.startswith("SELECT l.value FROM compute.limits AS l WHERE l.name = p_name"))
     assert clock == 0, f"compute_now read compute.clock_control {clock / ADMISSIONS} times per admission"
     assert limits <= 5 * ADMISSIONS, f"compute.limit read a limit {limits / ADMISSIONS} times per admission"
+
+
+def test_admission_reads_no_booking_twice_and_recomputes_no_busy_summary(sql: psycopg.Connection) -> None:
+    """The document passes the rows it joined to readiness and CDI names (it read each booking, its
+    reservation and its atom again by id before), and the bookings insert adds the new holds' windows
+    to atom_busy (it recomputed each covered atom's summary from bookings before)."""
+    sql.autocommit = True
+    pool_id = make_pool(sql, [[WHOLE] * 8] * 4, tenant_id=TENANT)
+    admission(sql, pool_id)
+    texts = statement_texts(sql, pool_id)
+    again = sum(n for text, n in texts.items()
+                if "WHERE b.booking_id = p_booking_id" in text or "WHERE a.atom_id = p_atom_id" in text)
+    recomputed = sum(n for text, n in texts.items() if "range_agg(b.during" in text)
+    assert again == 0, f"the document read a booking or atom again {again / ADMISSIONS} times per admission"
+    assert recomputed == 0, f"atom_busy was recomputed from bookings {recomputed / ADMISSIONS} times per admission"
