@@ -1,5 +1,5 @@
-"""SIGKILL the site agent and the worker at random points while machines are verified and deployed,
-10 times each: every machine still ends in the right state (deploy_wait), and no operation took
+"""SIGKILL the site agent (dialing its gateway, as it runs in production) and the worker at random
+points while machines are verified and deployed, 10 times each: every machine still ends in the right state (deploy_wait), and no operation took
 effect twice: each step of each state succeeded exactly once (an op taken back from a killed agent is
 issued again under a new epoch; the killed agent's late answer would be FENCED)."""
 
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import psycopg
 
-from bare_metal_support import Agent, agent_argv, dsn_link, enroll, image_server, register_agent, running_emulator, state
+from bare_metal_support import Agent, agent_argv, enroll, gateway_link, image_server, register_agent, running_emulator, state
 from better_compute.pki import IntentSigner
 from fleet import H200_MODEL
-from gateway_support import REPO
+from gateway_support import REPO, running_gateway
 
 KILLS = 10
 MACHINES = 2
@@ -60,9 +60,10 @@ def test_killing_agent_and_worker_never_loses_a_machine_nor_repeats_an_operation
                    "--intent-key", str(tmp_path / "intent.key"), "--audit-key", str(tmp_path / "audit.pem"),
                    "--webhook-key", str(tmp_path / "webhook.key")]
     IntentSigner(tmp_path / "intent.key").private_key  # made before the worker and the agent start
-    site_agent_argv = agent_argv(dsn_link(db_dsn), agent, tmp_path / "intent.key")
     worker_log = Path(tempfile.mkstemp(prefix="chaos-worker-", suffix=".log")[1])
     with ExitStack() as stack:
+        gateway = stack.enter_context(running_gateway(db_dsn, tmp_path / "keys"))
+        site_agent_argv = agent_argv(gateway_link(gateway), agent, tmp_path / "intent.key")
         image = stack.enter_context(image_server(tmp_path / "images"))
         machines = []
         for n in range(MACHINES):
