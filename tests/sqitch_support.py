@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -25,10 +26,25 @@ def sqitch_environment(dsn: str, home: Path) -> dict[str, str]:
     return env
 
 
+def _run(args: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sqitch", *args, "db:pg:"], cwd=migrate.MIGRATIONS_DIR, env=env, capture_output=True,
+                          text=True, check=False, timeout=120)
+
+
+def _output(done: subprocess.CompletedProcess[str]) -> str:
+    return f"{' '.join(map(str, done.args))} exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+
+
 def sqitch(*args: str, env: dict[str, str]) -> None:
     """Run `sqitch <args> db:pg:` in migrations/; fail the test, showing its output, unless it exits 0."""
-    argv = ["sqitch", *args, "db:pg:"]
-    done = subprocess.run(argv, cwd=migrate.MIGRATIONS_DIR, env=env, capture_output=True, text=True,
-                          check=False, timeout=120)
-    assert done.returncode == 0, (
-        f"{' '.join(argv)} exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")
+    done = _run(args, env)
+    assert done.returncode == 0, _output(done)
+
+
+def sqitch_verify_failures(env: dict[str, str]) -> list[str]:
+    """Run `sqitch verify`: the changes whose verify script failed, in plan order (it exits non-zero
+    exactly when there are some)."""
+    done = _run(("verify",), env)
+    failed = re.findall(r'Verify script "verify/([^"]+)\.sql" failed', done.stdout)
+    assert (done.returncode == 0) == (not failed), _output(done)
+    return failed

@@ -3,7 +3,6 @@ plan, never by hand. Its deploy takes a database built by the plan to sql/'s cat
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -42,8 +41,8 @@ COMMENT ON FUNCTION compute.limit(text)""")
     assert generated.objects == ["compute.limit_or", "compute.request_field"]
     # compute.limit_or is new: no change defines it; compute.request_field: the latest change that does.
     [defines_request_field] = changegen.prerequisites(generated.objects, top)
-    plan = migrate.read_plan(top)
-    assert plan.index(defines_request_field) >= plan.index("api_input_conformance")
+    names = [change.name for change in migrate.read_plan(top).changes]
+    assert names.index(defines_request_field) >= names.index("api_input_conformance")
     paths = changegen.write_change("limit_or", "A limit or a default", ["limits"], generated, top)
     deploy, revert, verify = (path.read_text() for path in paths)
     assert "an edited comment" in deploy and "an edited comment" not in revert
@@ -92,18 +91,12 @@ COMMIT;
 
 
 def forget_the_release_of(top: Path, name: str) -> None:
-    """The copy's plan without the tags after `name`, and without the changes after the last tag (a
-    rework after a tag names it): the tool never rewrites a released change, so whether its output is
-    a fixpoint (what it writes again equals what it wrote) is asked of a copy where the change is not
-    released yet."""
+    """The copy's plan without the tags after `name`: the tool never rewrites a released change, so
+    whether its output is a fixpoint (what it writes again equals what it wrote) is asked of a copy
+    where the change is not released yet."""
     plan = (top / "sqitch.plan").read_text().splitlines(keepends=True)
     at = next(number for number, line in enumerate(plan) if line.startswith(f"{name} "))
-    last_tag = max(number for number, line in enumerate(plan) if line.startswith("@"))
-    for line in plan[last_tag:]:  # an unreleased rework goes: its released instance reads NAME.sql again
-        if rework := re.match(r"(\w+) \[\1(@[^\s\]]+)", line):
-            for kind in ("deploy", "revert", "verify"):
-                (top / kind / f"{rework[1]}{rework[2]}.sql").replace(top / kind / f"{rework[1]}.sql")
-    (top / "sqitch.plan").write_text("".join(plan[:at] + [line for line in plan[at:last_tag] if not line.startswith("@")]))
+    (top / "sqitch.plan").write_text("".join(plan[:at] + [line for line in plan[at:] if not line.startswith("@")]))
 
 
 # webhook_secrets_sealed drops and re-creates a type its own functions return (compute.webhook_delivery)

@@ -42,7 +42,7 @@ def test_a_killed_runner_does_not_block_the_next(empty_database: Callable[[], st
         holder.send_signal(signal.SIGKILL)  # dies holding the lock
         holder.wait(timeout=10)
         started = time.monotonic()
-        assert migrate.migrate(dsn) == [change.id for change in migrate.read_plan().changes]
+        assert migrate.migrate(dsn) == [change.name for change in migrate.read_plan().changes]
         assert time.monotonic() - started < 30
     finally:
         holder.kill()
@@ -52,7 +52,7 @@ def test_concurrent_runners_apply_each_change_once(empty_database: Callable[[], 
     dsn = empty_database()
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(pool.map(lambda _: migrate.migrate(dsn), range(3)))
-    everything = [change.id for change in migrate.read_plan().changes]
+    everything = [change.name for change in migrate.read_plan().changes]
     assert sorted(results, key=len) == [[], [], everything]
     assert all(error is None for _, error in migrate.verify(dsn))
 

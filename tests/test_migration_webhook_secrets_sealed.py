@@ -27,7 +27,7 @@ def test_existing_plaintext_secrets_are_resealed_by_the_first_worker_that_starts
                                                                                   tmp_path: Path) -> None:
     dsn = empty_database()
     migrate.migrate(dsn)
-    names = [change.id for change in migrate.read_plan().changes]
+    names = [change.name for change in migrate.read_plan().changes]
     migrate.revert(dsn, to=names[names.index(CHANGE) - 1])
     with Receiver() as receiver, psycopg.connect(dsn, autocommit=True) as conn:
         webhook_id = conn.execute("SELECT compute.webhook_create(%s, %s, %s)", (TENANT, receiver.url, SECRET)).fetchone()[0]

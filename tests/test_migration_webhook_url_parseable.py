@@ -18,7 +18,7 @@ BAD_URL = "http://[1.2.3.4]/hook"  # passed the old rule; urllib refuses it
 def test_a_webhook_the_sender_cannot_parse_stops_the_deploy_with_its_id(empty_database: Callable[[], str]) -> None:
     dsn = empty_database()
     migrate.migrate(dsn)
-    names = [change.id for change in migrate.read_plan().changes]
+    names = [change.name for change in migrate.read_plan().changes]
     migrate.revert(dsn, to=names[names.index(CHANGE) - 1])
     with psycopg.connect(dsn) as conn:
         webhook_id = conn.execute("SELECT compute.webhook_create(%s, %s, repeat('s', 32))", (TENANT, BAD_URL)).fetchone()[0]

@@ -13,11 +13,12 @@ from psycopg import sql
 
 from better_compute import migrate
 from schema_catalog import OUR_ROLES, leftover_objects, schema_diff, schema_dump
-from sqitch_support import sqitch, sqitch_environment
+from sqitch_support import sqitch, sqitch_environment, sqitch_verify_failures
 
 PLAN = migrate.read_plan()
-CHANGE_IDS = [change.id for change in PLAN.changes]
+CHANGE_NAMES = [change.name for change in PLAN.changes]
 ROLES_CHANGE = "roles"  # roles belong to the cluster, shared with the session's other databases
+SUPERSEDED = migrate.read_superseded()  # released verify scripts a later change made untrue
 
 
 def built_by_migrations(empty_database: Callable[[], str]) -> str:
@@ -65,19 +66,19 @@ def test_deploy_revert_all_deploy_again(empty_database: Callable[[], str]) -> No
     dsn = built_by_migrations(empty_database)
     first_build = schema_dump(dsn)
 
-    assert migrate.revert(dsn) == CHANGE_IDS[::-1]
+    assert migrate.revert(dsn) == CHANGE_NAMES[::-1]
     assert leftover_objects(dsn) == []
     assert [name for name, applied, _ in migrate.status(dsn) if applied] == []
 
-    assert migrate.migrate(dsn) == CHANGE_IDS
-    assert migrate.verify(dsn) == [(name, None) for name in CHANGE_IDS]
+    assert migrate.migrate(dsn) == CHANGE_NAMES
+    assert migrate.verify(dsn) == [(name, None) for name in CHANGE_NAMES]
     diff = schema_diff(first_build, schema_dump(dsn), labels=("first deploy", "deploy after revert"))
     assert diff == "", f"deploying again built a different catalog:\n{diff}"
 
 
 def test_every_verify_script_passes_on_a_migrated_database(empty_database: Callable[[], str]) -> None:
     dsn = built_by_migrations(empty_database)
-    assert migrate.verify(dsn) == [(name, None) for name in CHANGE_IDS]
+    assert migrate.verify(dsn) == [(name, None) for name in CHANGE_NAMES]
 
 
 def verify_error(conn: psycopg.Connection, change: migrate.Change) -> psycopg.Error | None:
@@ -91,13 +92,13 @@ def verify_error(conn: psycopg.Connection, change: migrate.Change) -> psycopg.Er
         conn.rollback()
 
 
-# One case per change of the plan whose verify script runs (not one a later instance supersedes);
-# for `roles`, one per role, which the case hides.
+# One case per change of the plan (a superseded verify script: the test after this one); for `roles`,
+# one per role, which the case hides.
 CASES_WITHOUT_A_CHANGE = [
-    *(pytest.param(change, role, id=f"{change.id}-without-{role}")
+    *(pytest.param(change, role, id=f"{change.name}-without-{role}")
       for change in PLAN.changes if change.name == ROLES_CHANGE for role in OUR_ROLES),
-    *(pytest.param(change, None, id=change.id)
-      for change in PLAN.changes if change.name != ROLES_CHANGE and not change.superseded),
+    *(pytest.param(change, None, id=change.name)
+      for change in PLAN.changes if change.name not in (ROLES_CHANGE, *SUPERSEDED)),
 ]
 
 
@@ -118,10 +119,8 @@ def test_each_verify_script_fails_without_its_change(
         assert error is None, f"verify/{change.name}.sql fails on a fully migrated database: {error}"
 
         if hidden_role is None:
-            # Without the change's first instance: a rework's verify script checks what all its
-            # instances made (a rework that deploys nothing, as those superseding a verify script).
-            first = CHANGE_IDS.index(change.name)
-            migrate.revert(dsn, to=PLAN.qualified(first - 1))
+            previous = CHANGE_NAMES[CHANGE_NAMES.index(change.name) - 1]
+            migrate.revert(dsn, to=previous)
         else:
             hide_role(conn, hidden_role)
 
@@ -129,25 +128,24 @@ def test_each_verify_script_fails_without_its_change(
         assert verify_error(conn, change) is not None, f"verify/{change.name}.sql passes without {missing}"
 
 
-# The released instance each rework supersedes, and the tag after which it was reworked.
-SUPERSEDED_AT_RELEASE = {"capacity_limits": "@v0.3.0", "tenancy": "@v0.3.0", "fleet": "@v0.3.0",
-                         "offerings_quotas": "@v0.3.0", "outbox": "@v0.4.0"}
+def before(name: str) -> str:
+    return CHANGE_NAMES[CHANGE_NAMES.index(name) - 1]
 
 
-def test_a_rework_supersedes_the_released_verify_scripts_that_no_longer_hold(empty_database: Callable[[], str]) -> None:
-    # These verify scripts, as @v0.2.0 and @v0.3.0 released them, check signatures that api_ids changed, a
-    # limit that v0_2_0_repairs removed and a trigger that reservation_events_once dropped: on today's
-    # schema they fail. Their scripts stay as released (the lock holds them); a rework of each after a
-    # later tag supersedes them (sqitch verify: same test below).
-    dsn = built_by_migrations(empty_database)
-    superseded = [change for change in PLAN.changes if change.superseded]
-    assert [change.id for change in superseded] == list(SUPERSEDED_AT_RELEASE)
-    assert [change.script("verify").name for change in superseded] == [f"{name}{tag}.sql" for name, tag in SUPERSEDED_AT_RELEASE.items()]
-    with psycopg.connect(dsn) as conn:
-        assert [change.id for change in superseded if verify_error(conn, change) is not None] == list(SUPERSEDED_AT_RELEASE)
-        reworks = [PLAN.change(f"{name}@HEAD") for name in SUPERSEDED_AT_RELEASE]
-        assert [verify_error(conn, change) for change in reworks] == [None] * len(reworks)
-    assert migrate.verify(dsn) == [(change_id, None) for change_id in CHANGE_IDS]
+@pytest.mark.parametrize("entry", list(SUPERSEDED.values()), ids=list(SUPERSEDED))
+def test_a_superseded_verify_script_holds_from_its_change_until_the_later_one(
+    empty_database: Callable[[], str], entry: migrate.Superseded
+) -> None:
+    dsn = empty_database()
+    change = PLAN.change(entry.change)
+    held = {}
+    for label, target in (("without it", before(entry.change)), ("after it", entry.change),
+                          ("before the later change", before(entry.by)), ("after the later change", entry.by)):
+        migrate.migrate(dsn, to=target)
+        with psycopg.connect(dsn) as conn:
+            held[label] = verify_error(conn, change) is None
+    assert held == {"without it": False, "after it": True, "before the later change": True, "after the later change": False}
+    assert (entry.change, None) in migrate.verify(dsn)  # not run once the later change is applied
 
 
 @pytest.mark.skipif(shutil.which("sqitch") is None,
@@ -158,8 +156,8 @@ def test_sqitch_deploys_verifies_and_reverts_the_same_project(
     dsn = empty_database()
     env = sqitch_environment(dsn, tmp_path)
 
-    sqitch("deploy", env=env)
-    sqitch("verify", env=env)
+    sqitch("deploy", "--verify", env=env)  # each verify script right after its change
+    assert sqitch_verify_failures(env) == [name for name in CHANGE_NAMES if name in SUPERSEDED]
     sqitch("revert", "-y", env=env)
     assert leftover_objects(dsn) == []
     sqitch("deploy", env=env)

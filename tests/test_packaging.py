@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from better_compute import migrate
 from gateway_support import REPO
 
 UNITS = REPO / "deploy" / "systemd"
@@ -72,7 +71,8 @@ def test_the_wheel_runs_and_migrates_from_the_schema_it_carries(installed: Path,
     dsn = empty_database()
     run([cli, "db", "migrate", "--to", FIRST_CHANGES], tmp_path, clean_env(BETTER_COMPUTE_DSN=dsn))
     status = run([cli, "db", "status"], tmp_path, clean_env(BETTER_COMPUTE_DSN=dsn)).splitlines()
-    changes = [change.id for change in migrate.read_plan(REPO / "migrations").changes]  # a rework's is NAME#n
+    plan = (REPO / "migrations" / "sqitch.plan").read_text()
+    changes = [line.split()[0] for line in plan.splitlines() if line[:1].isalpha()]
     assert [line[4:].split()[0] for line in status] == changes  # the whole plan, read from the wheel
     assert [line.startswith("[x]") for line in status] == [name in changes[:changes.index(FIRST_CHANGES) + 1]
                                                           for name in changes]

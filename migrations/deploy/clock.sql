@@ -42,16 +42,26 @@ AS $$
 $$;
 COMMENT ON FUNCTION compute.clock_allow_pinning(boolean) IS 'Owner only: allow (test databases) or forbid pinning the clock.';
 
+CREATE FUNCTION compute.clock_require_pinning(p_what text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- Guard: pinning and moving the clock are test facilities.
+    IF NOT (SELECT c.pin_allowed FROM compute.clock_control AS c) THEN
+        PERFORM compute.raise_error('ACCESS_DENIED', pg_catalog.format('the clock of this database cannot be %s', p_what),
+            'The test clock is for test databases: an owner enables it with SELECT compute.clock_allow_pinning(true).');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION compute.clock_require_pinning(text) IS 'Raise ACCESS_DENIED unless this database allows the test clock.';
+
 CREATE FUNCTION compute.clock_pin(p_at timestamptz, p_local boolean DEFAULT false)
 RETURNS timestamptz
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    -- Guard: pinning is a test facility.
-    IF NOT (SELECT c.pin_allowed FROM compute.clock_control AS c) THEN
-        PERFORM compute.raise_error('ACCESS_DENIED', 'the clock of this database cannot be pinned',
-            'Pinning is for test databases: an owner enables it with SELECT compute.clock_allow_pinning(true).');
-    END IF;
+    PERFORM compute.clock_require_pinning('pinned');
     IF p_at IS NULL THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'clock_pin needs a time',
             'Pass a timestamptz, or call compute.clock_unpin() to follow now() again.');
@@ -70,11 +80,7 @@ AS $$
 DECLARE
     v_offset interval := coalesce(nullif(pg_catalog.current_setting('bc.now_offset', true), '')::interval, interval '0');
 BEGIN
-    -- Guard: pinning is a test facility.
-    IF NOT (SELECT c.pin_allowed FROM compute.clock_control AS c) THEN
-        PERFORM compute.raise_error('ACCESS_DENIED', 'the clock of this database cannot be moved',
-            'Moving the clock is for test databases: an owner enables it with SELECT compute.clock_allow_pinning(true).');
-    END IF;
+    PERFORM compute.clock_require_pinning('moved');
     IF p_by IS NULL THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'clock_advance needs an interval',
             'Pass an interval such as interval ''2 hours''.');

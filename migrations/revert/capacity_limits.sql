@@ -1,8 +1,7 @@
--- Revert better_compute:capacity_limits from pg (reworked after @v0.3.0)
--- Nothing to revert: the deploy script changes nothing.
+-- Revert better_compute:capacity_limits from pg
 
 BEGIN;
 
-SET LOCAL ROLE bc_owner;
+DELETE FROM compute.limits WHERE name IN ('provisional_seconds', 'hold_seconds_max', 'placement_candidates', 'devices_per_node', 'timeslice_slots', 'sweep_batch', 'capacity_search_checks', 'capacity_search_horizon_seconds');
 
 COMMIT;

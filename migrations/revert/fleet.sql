@@ -1,8 +1,13 @@
--- Revert better_compute:fleet from pg (reworked after @v0.3.0)
--- Nothing to revert: the deploy script changes nothing.
+-- Revert better_compute:fleet from pg
 
 BEGIN;
 
-SET LOCAL ROLE bc_owner;
+DROP FUNCTION compute.pool_create(uuid, text, text, text);
+DROP FUNCTION compute.site_create(text);
+DROP TABLE compute.devices;
+DROP TABLE compute.node_flags;
+DROP TABLE compute.nodes;
+DROP TABLE compute.pools;
+DROP TABLE compute.sites;
 
 COMMIT;

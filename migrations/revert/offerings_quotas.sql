@@ -1,8 +1,10 @@
--- Revert better_compute:offerings_quotas from pg (reworked after @v0.3.0)
--- Nothing to revert: the deploy script changes nothing.
+-- Revert better_compute:offerings_quotas from pg
 
 BEGIN;
 
-SET LOCAL ROLE bc_owner;
+DROP FUNCTION compute.quota_set(uuid, uuid, uuid, integer, numeric);
+DROP FUNCTION compute.offering_create(uuid, text, integer, interval, text);
+DROP TABLE compute.quotas;
+DROP TABLE compute.offerings;
 
 COMMIT;

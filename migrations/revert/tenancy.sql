@@ -1,8 +1,10 @@
--- Revert better_compute:tenancy from pg (reworked after @v0.3.0)
--- Nothing to revert: the deploy script changes nothing.
+-- Revert better_compute:tenancy from pg
 
 BEGIN;
 
-SET LOCAL ROLE bc_owner;
+DROP FUNCTION compute.project_create(uuid, text);
+DROP FUNCTION compute.tenant_ensure(uuid, text);
+DROP TABLE compute.projects;
+DROP TABLE compute.tenants;
 
 COMMIT;

@@ -1,9 +1,9 @@
--- Verify better_compute:tenancy on pg (reworked after @v0.3.0: supersedes verify/tenancy@v0.3.0.sql)
+-- Verify better_compute:tenancy on pg
 
 BEGIN;
 
 SELECT tenant_id, name, created_at FROM compute.tenants WHERE false;
 SELECT project_id, tenant_id, name FROM compute.projects WHERE false;
-SELECT 'compute.tenant_ensure(uuid, text)'::regprocedure, 'compute.project_create'::regproc;
+SELECT 'compute.tenant_ensure(uuid, text)'::regprocedure, 'compute.project_create(uuid, text)'::regprocedure;
 
 ROLLBACK;

@@ -176,17 +176,16 @@ def _objects(plan: Catalog, target: Catalog) -> list[str]:
 
 
 def prerequisites(objects: list[str], top: Path = migrate.MIGRATIONS_DIR) -> list[str]:
-    """For each object, the latest change of the plan whose deploy script defines or alters it
-    (Sqitch's qualified name): the real prerequisites of a change that alters those objects."""
+    """For each object, the latest change of the plan whose deploy script defines or alters it: the
+    real prerequisites of a change that alters those objects."""
     plan = migrate.read_plan(top)
     found: list[str] = []
     for name in objects:
         pattern = re.compile(rf"(FUNCTION|PROCEDURE|VIEW|TABLE|ON)\s+{re.escape(name)}[\s(]", re.IGNORECASE)
         for index in range(len(plan.changes) - 1, -1, -1):
             if pattern.search(plan.changes[index].script("deploy", top).read_text()):
-                qualified = plan.qualified(index)
-                if qualified not in found:
-                    found.append(qualified)
+                if plan.changes[index].name not in found:
+                    found.append(plan.changes[index].name)
                 break
     return found
 
@@ -452,9 +451,9 @@ def regenerate(name: str, top: Path = migrate.MIGRATIONS_DIR) -> Generated:
     triggers and DO blocks after them (before them in the revert). Refuses (PlanError) a released
     change, and one whose kept statements do not run in that order."""
     plan = migrate.read_plan(top)
-    index = plan.index(name)
-    change = plan.changes[index]
-    if change.id in {released.id for released in plan.released()}:
+    change = plan.change(name)
+    index = plan.changes.index(change)
+    if change in plan.released():
         raise migrate.PlanError(f"{name!r} is released: its scripts never change")
     deploy_script, revert_script = (change.script(kind, top).read_text() for kind in ("deploy", "revert"))
     deploy, revert = kept_statements(deploy_script), kept_statements(revert_script)
@@ -464,10 +463,10 @@ def regenerate(name: str, top: Path = migrate.MIGRATIONS_DIR) -> Generated:
     kept = Kept(early=[s for s in deploy if _is_early(s)], late=[s for s in deploy if not _is_early(s)],
                 revert_first=[s for s in revert if s not in last], revert_last=last,
                 prelude=prelude_statements(deploy_script), revert_prelude=prelude_statements(revert_script))
-    previous = plan.qualified(index - 1)
+    previous = plan.changes[index - 1].name
     try:
         generated = _between(lambda dsn: migrate.migrate(dsn, top, to=previous),
-                             lambda dsn: migrate.migrate(dsn, top, to=plan.qualified(index)), kept)
+                             lambda dsn: migrate.migrate(dsn, top, to=name), kept)
     except (psycopg.Error, RuntimeError) as error:
         raise migrate.PlanError(f"{name!r}: its kept statements do not run around generated functions ({error}): it stays as written") from error
     if generated.by_hand:
@@ -506,9 +505,9 @@ def write_change(name: str, note: str, requires: list[str], generated: Generated
     """Append the change to sqitch.plan and write its three scripts; return their paths."""
     plan = migrate.read_plan(top)
     if any(change.name == name for change in plan.changes):
-        raise migrate.PlanError(f"the plan has a change named {name!r} already (to rework it: sqitch rework)")
+        raise migrate.PlanError(f"the plan has a change named {name!r} already: name the new change after what it does")
     for required in requires:
-        plan.index(required)  # raises PlanError for what the plan does not have
+        plan.change(required)  # raises PlanError for what the plan does not have
     paths = []
     scripts = {"deploy": (generated.deploy, "COMMIT"), "revert": (generated.revert, "COMMIT"),
                "verify": (generated.verify or ["SELECT 1;"], "ROLLBACK")}

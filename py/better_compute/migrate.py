@@ -9,11 +9,10 @@ A tag (`@v0.3.0`) releases every change before it. Released scripts never change
 holds the digest of each released change's scripts, and `lock_problems` says where they differ
 (docs/migrations.md).
 
-A change may be reworked (`sqitch rework`): the plan names it again after a tag, the new instance's
-scripts take the plain names and the earlier instance's scripts are the tool's copies
-`deploy/NAME@TAG.sql`. As Sqitch does, verify skips an instance that a later one reworks: the later
-instance's verify script supersedes it. yoyo knows the first instance by the change's name (what
-databases deployed before the rework recorded) and the n-th as `NAME#n`.
+A later change can make a released verify script untrue (a signature it checks gained an argument).
+The script still never changes: `superseded_verify` names it, the change that made it untrue and why,
+and `verify` does not run it once that change is applied. (Sqitch's `rework` would move the released
+scripts to `NAME@TAG.sql` and put new text at their names, so it is not used.)
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -46,8 +45,6 @@ _CHANGE = re.compile(
     r"(?:\s+#\s?(?P<note>.*))?$"
 )
 _TAG = re.compile(r"^@(?P<name>[^\s@:/\\]+)\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s")
-_NAME = r"[A-Za-z_][\w-]*"
-_DEPENDENCY = re.compile(rf"(?P<name>{_NAME})(?:@(?P<tag>[^\s@:/\\]+))?")
 _TRANSACTION_LINE = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK)\s*;\s*$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -65,27 +62,24 @@ class Change:
     name: str
     requires: tuple[str, ...]
     note: str
-    instance: int = 1  # the n-th change of this name in the plan (a rework makes the second)
-    reworked_as: str = ""  # "@TAG" when a later instance reworks this one: its scripts are NAME@TAG.sql
-
-    @property
-    def id(self) -> str:
-        """yoyo's id: the name for the first instance (as databases recorded it), NAME#n after."""
-        return self.name if self.instance == 1 else f"{self.name}#{self.instance}"
-
-    @property
-    def superseded(self) -> bool:
-        """A later instance reworks this one: its verify script is no longer run."""
-        return bool(self.reworked_as)
 
     def script(self, kind: str, top: Path = MIGRATIONS_DIR) -> Path:
-        return top / kind / f"{self.name}{self.reworked_as}.sql"
+        return top / kind / f"{self.name}.sql"
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """A change whose verify script a later change made untrue."""
+
+    change: str
+    by: str  # the later change
+    why: str
 
 
 @dataclass(frozen=True)
 class Tag:
     name: str  # without the @
-    index: int  # the position in the plan of the change it follows: the last one it releases
+    change: str  # the change it follows: the last one it releases
 
 
 @dataclass
@@ -94,71 +88,30 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
     tags: list[Tag] = field(default_factory=list)
 
-    def change(self, target: str) -> Change:
-        return self.changes[self.index(target)]
-
-    def tag_index(self, name: str) -> int:
-        index = next((tag.index for tag in self.tags if tag.name == name), None)
-        if index is None:
-            raise PlanError(f"no tag '@{name}' in the plan")
-        return index
-
-    def index(self, target: str, before: int | None = None) -> int:
-        """Where `target` is in the plan, as Sqitch reads it: `@TAG`, `NAME@TAG` (the instance of a
-        reworked change as of a tag), `NAME@HEAD` (its latest), a plain `NAME` (ambiguous when
-        reworked, unless `before` asks for the latest before that position), or a yoyo id `NAME#n`."""
-        name, at, tag = target.partition("@")
-        if not name:
-            return self.tag_index(tag)
-        if "#" in name and not at:
-            ids = [change.id for change in self.changes]
-            if name not in ids:
-                raise PlanError(f"no change {name!r} in the plan")
-            return ids.index(name)
-        limit = len(self.changes) if before is None else before
-        if tag and tag != "HEAD":
-            limit = min(limit, self.tag_index(tag) + 1)
-        found = [i for i, change in enumerate(self.changes[:limit]) if change.name == name]
-        if not found:
-            raise PlanError(f"no change named {target!r} in the plan" + (" before that" if limit < len(self.changes) else ""))
-        if len(found) > 1 and not at and before is None:
-            qualified = ", ".join(self.qualified(i) for i in found)
-            raise PlanError(f"change {name!r} is reworked: name one of {qualified}")
-        return found[-1]
-
-    def qualified(self, index: int) -> str:
-        """The change at `index` as Sqitch names it: NAME, NAME@TAG when reworked later, NAME@HEAD."""
-        change = self.changes[index]
-        if change.superseded:
-            return f"{change.name}{change.reworked_as}"
-        return f"{change.name}@HEAD" if change.instance > 1 else change.name
+    def change(self, name: str) -> Change:
+        for change in self.changes:
+            if change.name == name:
+                return change
+        raise PlanError(f"no change named {name!r} in the plan")
 
     def upto(self, target: str) -> list[Change]:
-        """The changes up to and including `target` (see `index`)."""
-        return self.changes[: self.index(target) + 1]
-
-    def requirements(self, change: Change) -> list[Change]:
-        """The changes `change` requires: NAME@TAG as of the tag, a plain NAME its latest before."""
-        position = self.changes.index(change)
-        return [self.changes[self.index(dep, before=position)] for dep in change.requires]
+        """The changes up to and including `target`: a change's name or a tag (`@v0.2.0`)."""
+        if target.startswith("@"):
+            last = next((tag.change for tag in self.tags if tag.name == target[1:]), None)
+            if last is None:
+                raise PlanError(f"no tag {target!r} in the plan")
+        else:
+            last = self.change(target).name
+        names = [change.name for change in self.changes]
+        return self.changes[: names.index(last) + 1]
 
     def released(self) -> list[Change]:
         """The changes at or before the last tag: released, so their scripts never change."""
         return self.upto(f"@{self.tags[-1].name}") if self.tags else []
 
 
-def _reworked_as(plan: Plan, earlier: int, top: Path) -> str:
-    """The @TAG of the scripts of the instance at `earlier`, reworked by the change about to be added:
-    as Sqitch chooses, the first of the tags since it (latest first) with a deploy script, else the latest."""
-    tags = [f"@{tag.name}" for tag in reversed(plan.tags) if tag.index >= earlier]
-    if not tags:
-        raise PlanError(f"{plan.changes[earlier].name!r} is reworked without a tag since its previous instance")
-    name = plan.changes[earlier].name
-    return next((tag for tag in tags if (top / "deploy" / f"{name}{tag}.sql").exists()), tags[0])
-
-
 def read_plan(top: Path = MIGRATIONS_DIR) -> Plan:
-    """Parse sqitch.plan: pragmas, changes with [dependencies], reworks, tags and comments."""
+    """Parse sqitch.plan: pragmas, changes with [dependencies], tags and comments."""
     plan = Plan(project="")
     for number, raw in enumerate((top / "sqitch.plan").read_text().splitlines(), start=1):
         line = raw.strip()
@@ -168,7 +121,7 @@ def read_plan(top: Path = MIGRATIONS_DIR) -> Plan:
             tag = _TAG.match(line)
             if not tag or not plan.changes:
                 raise PlanError(f"sqitch.plan:{number}: not a tag after a change: {line!r}")
-            plan.tags.append(Tag(tag["name"], len(plan.changes) - 1))
+            plan.tags.append(Tag(tag["name"], plan.changes[-1].name))
             continue
         if line.startswith("%"):
             key, _, value = line[1:].partition("=")
@@ -179,22 +132,34 @@ def read_plan(top: Path = MIGRATIONS_DIR) -> Plan:
         if not match:
             raise PlanError(f"sqitch.plan:{number}: not a change this runner understands: {line!r}")
         requires = tuple((match["deps"] or "").split())
-        unsupported = [dep for dep in requires if not _DEPENDENCY.fullmatch(dep)]
+        unsupported = [dep for dep in requires if not re.fullmatch(r"[A-Za-z_][\w-]*", dep)]
         if unsupported:
-            raise PlanError(f"sqitch.plan:{number}: only NAME and NAME@TAG dependencies are supported, not {unsupported}")
-        earlier = [i for i, change in enumerate(plan.changes) if change.name == match["name"]]
-        if earlier:
-            previous = plan.changes[earlier[-1]]
-            plan.changes[earlier[-1]] = replace(previous, reworked_as=_reworked_as(plan, earlier[-1], top))
-        change = Change(match["name"], requires, match["note"] or "", instance=len(earlier) + 1)
-        plan.changes.append(change)
-        try:
-            plan.requirements(change)
-        except PlanError as error:
-            raise PlanError(f"sqitch.plan:{number}: {change.name!r} requires what comes later or not at all: {error}") from error
+            raise PlanError(f"sqitch.plan:{number}: only plain dependencies are supported, not {unsupported}")
+        if any(change.name == match["name"] for change in plan.changes):
+            raise PlanError(f"sqitch.plan:{number}: {match['name']!r} is reworked; reworks are not supported")
+        plan.changes.append(Change(match["name"], requires, match["note"] or ""))
     if not plan.project:
         raise PlanError("sqitch.plan has no %project pragma")
     return plan
+
+
+SUPERSEDED_FILE = "superseded_verify"
+
+
+def read_superseded(top: Path = MIGRATIONS_DIR) -> dict[str, Superseded]:
+    """superseded_verify: one line per verify script a later change made untrue, `CHANGE BY why`,
+    BY a change after CHANGE in the plan."""
+    names = [change.name for change in read_plan(top).changes]
+    superseded: dict[str, Superseded] = {}
+    for number, raw in enumerate((top / SUPERSEDED_FILE).read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split(None, 2)
+        if len(fields) != 3 or fields[0] not in names or fields[1] not in names[names.index(fields[0]) + 1:]:
+            raise PlanError(f"{SUPERSEDED_FILE}:{number}: not `CHANGE LATER_CHANGE why` of the plan: {line!r}")
+        superseded[fields[0]] = Superseded(*fields)
+    return superseded
 
 
 def without_transaction_lines(script: str) -> str:
@@ -205,11 +170,11 @@ def without_transaction_lines(script: str) -> str:
 class SqitchChange(Migration):
     """One Sqitch change as a yoyo migration."""
 
-    def __init__(self, change: Change, requires: list[SqitchChange], top: Path):
-        super().__init__(change.id, str(change.script("deploy", top)), str(top))
+    def __init__(self, change: Change, top: Path, known: dict[str, SqitchChange]):
+        super().__init__(change.name, str(change.script("deploy", top)), str(top))
         self.change = change
         self.top = top
-        self._requires = requires
+        self._known = known
 
     def load(self) -> None:
         if self.loaded:
@@ -219,17 +184,18 @@ class SqitchChange(Migration):
         collector = StepCollector(migration=self)
         collector.add_step(without_transaction_lines(deploy), without_transaction_lines(revert))
         self.source = deploy
-        self._depends = set(self._requires)
+        self._depends = {self._known[name] for name in self.change.requires}
         self.use_transactions = True
         self.steps = collector.create_steps(self.use_transactions)
 
 
 def migrations(top: Path = MIGRATIONS_DIR) -> MigrationList:
-    plan = read_plan(top)
     known: dict[str, SqitchChange] = {}
-    for change in plan.changes:
-        requires = [known[required.id] for required in plan.requirements(change)]
-        known[change.id] = SqitchChange(change, requires, top)
+    for change in read_plan(top).changes:
+        missing = [name for name in change.requires if name not in known]
+        if missing:
+            raise PlanError(f"change {change.name!r} requires {missing}, which come later or not at all")
+        known[change.name] = SqitchChange(change, top, known)
     return MigrationList(list(known.values()))
 
 
@@ -256,7 +222,7 @@ def refuse_sqitch_registry(dsn: str) -> None:
 
 def checked_target(to: str | None, top: Path) -> set[str] | None:
     """The changes up to `to` (a change or a tag), or None for all; PlanError naming a wrong one."""
-    return None if to is None else {change.id for change in read_plan(top).upto(to)}
+    return None if to is None else {change.name for change in read_plan(top).upto(to)}
 
 
 @contextmanager
@@ -311,22 +277,23 @@ def status(dsn: str, top: Path = MIGRATIONS_DIR) -> list[tuple[str, bool, str]]:
 
 
 def verify(dsn: str, top: Path = MIGRATIONS_DIR) -> list[tuple[str, str | None]]:
-    """Run the verify script of each applied change in a rolled-back transaction: (id, error or None).
-    A superseded change (reworked later) passes unrun, as in `sqitch verify`."""
+    """Run the verify script of each applied change in a rolled-back transaction: (name, error or None).
+    A script that an applied later change made untrue (superseded_verify) passes unrun."""
     applied = {name for name, is_applied, _ in status(dsn, top) if is_applied}
+    superseded = read_superseded(top)
     results: list[tuple[str, str | None]] = []
     with psycopg.connect(dsn) as conn:
         for change in read_plan(top).changes:
-            if change.id not in applied:
+            if change.name not in applied:
                 continue
-            if change.superseded:
-                results.append((change.id, None))
+            if change.name in superseded and superseded[change.name].by in applied:
+                results.append((change.name, None))
                 continue
             try:
                 conn.execute(without_transaction_lines(change.script("verify", top).read_text()))
-                results.append((change.id, None))
+                results.append((change.name, None))
             except psycopg.Error as error:
-                results.append((change.id, f"{error.sqlstate}: {str(error).strip()}"))
+                results.append((change.name, f"{error.sqlstate}: {str(error).strip()}"))
             finally:
                 conn.rollback()
     return results
@@ -347,7 +314,7 @@ LOCK_HEADER = """\
 # The scripts of every released change (at or before the last tag of sqitch.plan): the sha256 of its
 # deploy, revert and verify scripts, concatenated in that order, then its name. In migrations/,
 #   cat deploy/NAME.sql revert/NAME.sql verify/NAME.sql | sha256sum
-# prints the digest of change NAME (of a change reworked since, its scripts are NAME@TAG.sql).
+# prints the digest of change NAME.
 # A released change is history: databases have run it, and Sqitch and our runner never run it
 # again, so its scripts never change; change the schema with a new change (docs/migrations.md).
 # After adding a tag, `better-compute db lock` appends the changes it releases. It refuses to
@@ -377,10 +344,10 @@ def lock_problems(top: Path = MIGRATIONS_DIR) -> list[str]:
     change missing from the lock, a locked change no longer released under its name."""
     released = read_plan(top).released()
     locked = read_lock(top)
-    problems = [f"{change.id}: released, but its scripts differ from {LOCK_FILE}"
-                for change in released if change.id in locked and script_digest(change, top) != locked[change.id]]
-    problems += [f"{change.id}: released (tagged), but not in {LOCK_FILE}" for change in released if change.id not in locked]
-    names = {change.id for change in released}
+    problems = [f"{change.name}: released, but its scripts differ from {LOCK_FILE}"
+                for change in released if change.name in locked and script_digest(change, top) != locked[change.name]]
+    problems += [f"{change.name}: released (tagged), but not in {LOCK_FILE}" for change in released if change.name not in locked]
+    names = {change.name for change in released}
     problems += [f"{name}: in {LOCK_FILE}, but no released change has that name" for name in sorted(locked) if name not in names]
     return problems
 
@@ -392,7 +359,7 @@ def lock_released(top: Path = MIGRATIONS_DIR) -> list[str]:
     disagreements = [problem for problem in lock_problems(top) if not problem.endswith(f"not in {LOCK_FILE}")]
     if disagreements:
         raise PlanError("released changes disagree with the lock:\n" + "\n".join(disagreements))
-    added = {change.id: script_digest(change, top) for change in read_plan(top).released() if change.id not in locked}
+    added = {change.name: script_digest(change, top) for change in read_plan(top).released() if change.name not in locked}
     entries = {**locked, **added}
     lines = [f"{entries[name]}  {name}\n" for name in sorted(entries)]
     (top / LOCK_FILE).write_text(LOCK_HEADER + "".join(lines))
