@@ -24,7 +24,6 @@ import contextlib
 import itertools
 import json
 import logging
-import random
 import signal
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -36,6 +35,7 @@ from uuid import UUID
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from better_compute.backoff import Backoff
 from better_compute.daemon.cdi import (SPEC_DIRS, CdiError, CdiSpec, build_spec, granted_names, names_of, other_specs,
                                        withdraw, write_spec)
 from better_compute.daemon.drivers import InventoryDriver, InventoryError
@@ -60,8 +60,6 @@ SUCCEEDED, FAILED = "succeeded", "failed"
 UNSUPPORTED_STATUS = "unsupported"
 COLLECT_INVENTORY, REBOOT, DRAIN_PROCESSES = "collect_inventory", "reboot", "drain_processes"
 
-BACKOFF_BASE_SECONDS = 0.5
-BACKOFF_CAP_SECONDS = 30.0
 ANSWER_SECONDS = 30.0  # how long the gateway may take to answer a join, or to open a session
 RENEW_RETRY_SECONDS = 60.0  # a renewal without an answer is asked again after this long
 DRIFT_SECONDS = 60.0  # how often the CDI file is checked against the last applied spec (P2, level-triggered)
@@ -92,25 +90,6 @@ async def dial(url: str, tls: ssl.SSLContext) -> AsyncIterator[ClientConnection]
     async with connect(url, ssl=tls, max_size=NODE_MESSAGE_BYTES, max_queue=FRAMES_QUEUED, compression=None,
                        open_timeout=ANSWER_SECONDS) as connection:
         yield connection
-
-
-class Backoff:
-    """Exponential backoff with full jitter: the n-th retry waits a uniform draw from
-    [0, min(cap, base * 2^n)], so nodes cut off together do not come back together."""
-
-    def __init__(self, base: float = BACKOFF_BASE_SECONDS, cap: float = BACKOFF_CAP_SECONDS,
-                 draw: Callable[[float, float], float] = random.uniform) -> None:
-        self.base, self.cap, self.draw = base, cap, draw
-        self.attempts = 0
-
-    def next(self) -> float:
-        ceiling = min(self.cap, self.base * 2 ** self.attempts)
-        if ceiling < self.cap:
-            self.attempts += 1
-        return self.draw(0.0, ceiling)
-
-    def reset(self) -> None:
-        self.attempts = 0
 
 
 class Rejected(Exception):

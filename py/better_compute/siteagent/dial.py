@@ -11,7 +11,7 @@ Session: `agent_hello` (epoch, the BMC session cap, the control plane's time); t
 second; `ops` come back and run in threads; each signed result is queued and sent (`bmc_result`)
 by the session's thread, and stays queued across a reconnect until sent (a result of an operation
 taken back meanwhile is FENCED and dropped by the database: harmless). When the connection ends
-it dials again with backoff (0.5 s doubling to `--redial-seconds`, 10 s, with jitter); nothing about its machines
+it dials again with backoff (better_compute.backoff: up to 0.5 s doubling to `--redial-seconds`, 10 s, full jitter); nothing about its machines
 changes meanwhile (P6).
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import random
 import ssl
 import tempfile
 import threading
@@ -33,6 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import ClientConnection, connect
 
+from better_compute.backoff import Backoff
 from better_compute.clock import Clock
 from better_compute.nodeproto import (AGENT_CERTIFICATE_PATH, AGENT_PATH, NODE_MESSAGE_BYTES, AgentCertify, AgentHello,
                                       BmcResult, Certificate, Claim, Error, Message, Ops, ProtocolError, Relayed, Wake,
@@ -119,7 +119,7 @@ class GatewayLink:
 
     def run(self, stop: threading.Event) -> None:
         """Dial, keep the session, dial again with backoff, until `stop`; then wait for running operations."""
-        pause = FIRST_PAUSE_SECONDS
+        backoff = Backoff(FIRST_PAUSE_SECONDS, self.redial_seconds)
         while not stop.is_set():
             try:
                 if self.tls is None or time.monotonic() >= self.renew_at:
@@ -130,12 +130,12 @@ class GatewayLink:
                     self.clock = Clock(datetime.fromisoformat(hello.now))
                     self.agent.sessions = hello.bmc_sessions
                     log.info("site agent %s: session open (epoch %d) at %s", self.agent.agent_id, hello.epoch, self.url)
-                    pause = FIRST_PAUSE_SECONDS
+                    backoff.reset()
                     self.converse(connection, stop)
             except (OSError, ConnectionClosed, InvalidHandshake, ProtocolError, Refused, TimeoutError) as error:
+                pause = backoff.next()
                 log.warning("site agent %s: no session (%s); dialing again in %.1f s", self.agent.agent_id, error, pause)
-                stop.wait(pause * random.uniform(1.0, 1.5))
-                pause = min(pause * 2, self.redial_seconds)
+                stop.wait(pause)
         self.agent.stop()
 
     def converse(self, connection: ClientConnection, stop: threading.Event) -> None:
