@@ -23,7 +23,7 @@ INSERT INTO compute.limits (name, value, unit, description) VALUES
     ('command_output_bytes',          65536, 'bytes',   'Largest command result kept.'),
     ('provisional_seconds',              60, 'seconds', 'How long a provisional reservation holds its atoms before it is voided.'),
     ('hold_seconds_max',              86400, 'seconds', 'Longest lease (hold_seconds) of a reservation.'),
-    ('placement_candidates',             64, 'count',   'Free atoms one placement considers (more only when a request asks for more).'),
+    ('placement_candidates',             16, 'count',   'Free atoms one placement considers (at least 8 per atom a request asks for).'),
     ('devices_per_node',                 64, 'count',   'GPUs one node may report.'),
     ('timeslice_slots',                  64, 'count',   'Most time-slice slots of one GPU.'),
     ('sweep_batch',                    1000, 'count',   'Reservations one expiry sweep ends.'),
