@@ -35,14 +35,29 @@ CREATE TYPE compute.placement_candidate AS (
 -- device that shares a slice and a share (itself, its whole GPU, its MIG instances, ...) holds it;
 -- the summary is trimmed of the past when it is written. Statement-level triggers keep it: on
 -- bookings (every path that adds, ends, extends, voids or moves one) and on atoms (a layout change
--- adds atoms; deleted ones take their row along). It only advises: the recheck under the device
--- lock (compute.atom_held, bookings through a btree) and the exclusion constraint decide.
+-- adds atoms and changes validities; deleted ones take their row along). It only advises: the
+-- recheck under the device lock (compute.atom_held, bookings through a btree) and the exclusion
+-- constraint decide.
+-- The row also carries the atom's place in the pool's two orders and its validity, copied from
+-- compute.atoms: the candidate scan walks this table's order indexes and reads each atom's busy
+-- windows on the tuple it walks. Probing a summary per atom cost three buffer hits per atom, and
+-- on a filled pool the walk passes hundreds of busy atoms (docs/capacity.md, "Performance notes").
 CREATE TABLE compute.atom_busy (
-    atom_id uuid CONSTRAINT atom_busy_pkey PRIMARY KEY CONSTRAINT atom_busy_atom_id_fkey REFERENCES compute.atoms ON DELETE CASCADE,
-    node_id uuid NOT NULL,
-    busy    tstzmultirange NOT NULL
+    atom_id      uuid CONSTRAINT atom_busy_pkey PRIMARY KEY CONSTRAINT atom_busy_atom_id_fkey REFERENCES compute.atoms ON DELETE CASCADE,
+    node_id      uuid NOT NULL,
+    busy         tstzmultirange NOT NULL,
+    pool_id      uuid NOT NULL,      -- copies of the atom's columns (compute.atom_busy_mismatches checks them)
+    shape        text NOT NULL,
+    node_rank    bigint NOT NULL,
+    device_index integer NOT NULL,
+    device_id    uuid NOT NULL,
+    slices       int4range NOT NULL,
+    slot         integer,
+    valid        tstzrange NOT NULL
 );
 CREATE INDEX atom_busy_node ON compute.atom_busy (node_id);
+CREATE INDEX atom_busy_pack_order ON compute.atom_busy (pool_id, shape, node_rank, device_index, slices, slot);
+CREATE INDEX atom_busy_spread_order ON compute.atom_busy (pool_id, shape, device_index, node_rank, slices, slot);
 COMMENT ON TABLE compute.atom_busy IS 'Per atom, the windows from now on in which a held booking covers a slice and share of it (placement reads this, not bookings).';
 
 CREATE FUNCTION compute.atom_busy_of(p_atom compute.atoms, p_from timestamptz)
@@ -144,9 +159,11 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     -- A new atom (a node's inventory, a layout change) starts with the busy windows its device's
-    -- held bookings give it.
-    INSERT INTO compute.atom_busy (atom_id, node_id, busy)
-    SELECT a.atom_id, a.node_id, compute.atom_busy_of(a, compute.compute_now()) FROM added_atoms AS a;
+    -- held bookings give it, and its place in the pool's orders.
+    INSERT INTO compute.atom_busy (atom_id, node_id, busy, pool_id, shape, node_rank, device_index, device_id, slices, slot, valid)
+    SELECT a.atom_id, a.node_id, compute.atom_busy_of(a, compute.compute_now()),
+           a.pool_id, a.shape, a.node_rank, a.device_index, a.device_id, a.slices, a.slot, a.valid
+      FROM added_atoms AS a;
     RETURN NULL;
 END
 $$;
@@ -154,20 +171,44 @@ COMMENT ON FUNCTION compute.atom_busy_atoms_added() IS 'Keep compute.atom_busy: 
 CREATE TRIGGER atoms_atom_busy AFTER INSERT ON compute.atoms
     REFERENCING NEW TABLE AS added_atoms FOR EACH STATEMENT EXECUTE FUNCTION compute.atom_busy_atoms_added();
 
+CREATE FUNCTION compute.atom_busy_atoms_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+-- Lock order: the atom_busy rows, in atom_id order (as the bookings triggers).
+BEGIN
+    -- A layout change moves atoms' validity (the only column of an atom that changes): the copy
+    -- follows in the same transaction.
+    PERFORM 1 FROM compute.atom_busy AS s
+     WHERE s.atom_id IN (SELECT c.atom_id FROM changed_atoms AS c)
+     ORDER BY s.atom_id FOR UPDATE;
+    UPDATE compute.atom_busy AS s SET valid = c.valid
+      FROM changed_atoms AS c
+     WHERE s.atom_id = c.atom_id AND s.valid IS DISTINCT FROM c.valid;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION compute.atom_busy_atoms_changed() IS 'Keep compute.atom_busy: an atom''s validity copied when it changes.';
+CREATE TRIGGER atoms_atom_busy_update AFTER UPDATE ON compute.atoms
+    REFERENCING NEW TABLE AS changed_atoms FOR EACH STATEMENT EXECUTE FUNCTION compute.atom_busy_atoms_changed();
+
 CREATE FUNCTION compute.atom_busy_mismatches()
 RETURNS TABLE (atom_id uuid, kept tstzmultirange, computed tstzmultirange)
 LANGUAGE sql STABLE
 AS $$
-    -- Atoms whose kept busy windows differ from those computed from bookings now (both from now on);
-    -- none, always (tests/test_atom_busy.py checks it after a concurrent workload).
+    -- Atoms whose kept busy windows differ from those computed from bookings now (both from now on),
+    -- or whose copied columns differ from the atom's; none, always (tests/test_reservation_concurrency.py
+    -- checks it during and after a concurrent workload).
     SELECT a.atom_id, s.busy * pg_catalog.tstzmultirange(tstzrange(compute.compute_now(), NULL)), c.busy
       FROM compute.atoms AS a
       LEFT JOIN compute.atom_busy AS s ON s.atom_id = a.atom_id
       CROSS JOIN LATERAL (SELECT compute.atom_busy_of(a, compute.compute_now()) AS busy) AS c
-     WHERE s.atom_id IS NULL OR s.node_id <> a.node_id
+     WHERE s.atom_id IS NULL
+        OR (s.node_id, s.pool_id, s.shape, s.node_rank, s.device_index, s.device_id, s.slices, s.slot, s.valid)
+           IS DISTINCT FROM (a.node_id, a.pool_id, a.shape, a.node_rank, a.device_index, a.device_id, a.slices, a.slot, a.valid)
         OR s.busy * pg_catalog.tstzmultirange(tstzrange(compute.compute_now(), NULL)) <> c.busy
 $$;
-COMMENT ON FUNCTION compute.atom_busy_mismatches() IS 'Atoms whose compute.atom_busy row is missing or differs from their bookings (never any).';
+COMMENT ON FUNCTION compute.atom_busy_mismatches() IS 'Atoms whose compute.atom_busy row is missing or differs from their bookings or from the atom (never any).';
 
 -- The helpers below are PL/pgSQL because a SQL function holding a subquery is not inlined and is
 -- planned again on every call; PL/pgSQL keeps its plans for the session.
@@ -227,39 +268,39 @@ AS $$
 DECLARE
     v_candidates compute.placement_candidate[];
 BEGIN
-    -- Two statements, one per order, so that each walks its own index (atoms_pack_order,
-    -- atoms_spread_order) and stops after p_limit. Their filter is the same: it spells out
+    -- Two statements, one per order, so that each walks its own index (atom_busy_pack_order,
+    -- atom_busy_spread_order) and stops after p_limit. Their filter is the same: it spells out
     -- compute.atom_is_schedulable, because calls of it (not inlinable: it holds subqueries) cost a
-    -- function call per scanned atom; `valid @> window` is written as bounds so as not to steer the
-    -- planner to atoms_disjoint; whether the atom is free is a probe of its compute.atom_busy row by
-    -- its key (never of bookings, whose size grows with the pool's history); OFFSET 0 keeps it a
-    -- per-atom probe that the scan stops after, instead of a scan of every atom's summary.
+    -- function call per scanned atom; `valid @> window` is written as bounds (statistics on them:
+    -- compute.atom_busy_validity); whether the atom is free is its busy windows, on the very row
+    -- the walk reads (never bookings, whose size grows with the pool's history; nor a probe per
+    -- atom, which a filled pool's walk repeats for every busy atom ahead of the free ones).
     IF p_spread THEN
         SELECT pg_catalog.array_agg(ROW(c.atom_id, c.node_id, c.device_id, d.uuid, d.nvlink_peers, c.node_rank, c.device_index,
                                         lower(c.slices), c.slot)::compute.placement_candidate)
           INTO v_candidates
-          FROM (SELECT a.* FROM compute.atoms AS a
-                 WHERE a.pool_id = p_pool_id AND a.shape = p_shape AND NOT (a.device_id = ANY (p_skip))
-                   AND lower(a.valid) <= lower(p_during) AND (upper_inf(a.valid) OR upper(a.valid) >= upper(p_during))
-                   AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
-                   AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
-                   AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = a.device_id AND k.critical)
-                   AND NOT EXISTS (SELECT 1 FROM compute.atom_busy AS s WHERE s.atom_id = a.atom_id AND s.busy && p_during OFFSET 0)
-                 ORDER BY a.pool_id, a.shape, a.device_index, a.node_rank, a.slices, a.slot
+          FROM (SELECT s.atom_id, s.node_id, s.device_id, s.node_rank, s.device_index, s.slices, s.slot FROM compute.atom_busy AS s
+                 WHERE s.pool_id = p_pool_id AND s.shape = p_shape AND NOT (s.device_id = ANY (p_skip))
+                   AND lower(s.valid) <= lower(p_during) AND (upper_inf(s.valid) OR upper(s.valid) >= upper(p_during))
+                   AND NOT (s.busy && p_during)
+                   AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = s.node_id)
+                   AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = s.device_id AND NOT x.present)
+                   AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = s.device_id AND k.critical)
+                 ORDER BY s.pool_id, s.shape, s.device_index, s.node_rank, s.slices, s.slot
                  LIMIT p_limit) AS c
           JOIN compute.devices AS d ON d.device_id = c.device_id;
     ELSE
         SELECT pg_catalog.array_agg(ROW(c.atom_id, c.node_id, c.device_id, d.uuid, d.nvlink_peers, c.node_rank, c.device_index,
                                         lower(c.slices), c.slot)::compute.placement_candidate)
           INTO v_candidates
-          FROM (SELECT a.* FROM compute.atoms AS a
-                 WHERE a.pool_id = p_pool_id AND a.shape = p_shape AND NOT (a.device_id = ANY (p_skip))
-                   AND lower(a.valid) <= lower(p_during) AND (upper_inf(a.valid) OR upper(a.valid) >= upper(p_during))
-                   AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
-                   AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
-                   AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = a.device_id AND k.critical)
-                   AND NOT EXISTS (SELECT 1 FROM compute.atom_busy AS s WHERE s.atom_id = a.atom_id AND s.busy && p_during OFFSET 0)
-                 ORDER BY a.pool_id, a.shape, a.node_rank, a.device_index, a.slices, a.slot
+          FROM (SELECT s.atom_id, s.node_id, s.device_id, s.node_rank, s.device_index, s.slices, s.slot FROM compute.atom_busy AS s
+                 WHERE s.pool_id = p_pool_id AND s.shape = p_shape AND NOT (s.device_id = ANY (p_skip))
+                   AND lower(s.valid) <= lower(p_during) AND (upper_inf(s.valid) OR upper(s.valid) >= upper(p_during))
+                   AND NOT (s.busy && p_during)
+                   AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = s.node_id)
+                   AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = s.device_id AND NOT x.present)
+                   AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = s.device_id AND k.critical)
+                 ORDER BY s.pool_id, s.shape, s.node_rank, s.device_index, s.slices, s.slot
                  LIMIT p_limit) AS c
           JOIN compute.devices AS d ON d.device_id = c.device_id;
     END IF;

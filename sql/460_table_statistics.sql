@@ -49,6 +49,9 @@ COMMENT ON FUNCTION worker_api.tables_analyze() IS 'Periodic: analyse the comput
 -- qualify, and prefers reading, probing and sorting them all to walking atoms_pack_order and stopping
 -- after p_limit. Statistics on the expressions (gathered by ANALYZE) tell it nearly all do.
 CREATE STATISTICS compute.atoms_validity ON lower(valid), upper(valid), upper_inf(valid) FROM compute.atoms;
+-- The candidate scan walks compute.atom_busy's order indexes, which carry a copy of each atom's
+-- validity: the same statistics there.
+CREATE STATISTICS compute.atom_busy_validity ON lower(valid), upper(valid), upper_inf(valid) FROM compute.atom_busy;
 
 -- The candidate scan always runs its generic plan. Its best plan does not depend on the arguments:
 -- walk the pool's order index, probe each atom's device in bookings_exclusive, stop after p_limit.

@@ -275,7 +275,8 @@ INVARIANTS = {
 
 
 # Every atom's summary against its bookings recomputed here, both from %(now)s on: the latest clock of
-# any session, so at or after the instant each writer trimmed the past from the summary at.
+# any session, so at or after the instant each writer trimmed the past from the summary at; and the
+# atom's place and validity that the summary's row carries against the atom's own.
 BUSY_SUMMARY_DIFFERS = """
     SELECT a.atom_id, s.busy * tstzmultirange(tstzrange(%(now)s, NULL)) AS kept, coalesce(c.busy, '{}') AS computed
       FROM compute.atoms AS a
@@ -284,7 +285,9 @@ BUSY_SUMMARY_DIFFERS = """
                            FROM compute.atoms AS x JOIN compute.bookings AS b ON b.atom_id = x.atom_id
                           WHERE x.device_id = a.device_id AND x.slices && a.slices AND x.shares && a.shares
                             AND b.state = 'held' AND upper(b.during) > %(now)s) AS c ON true
-     WHERE s.atom_id IS NULL OR s.node_id <> a.node_id
+     WHERE s.atom_id IS NULL
+        OR (s.node_id, s.pool_id, s.shape, s.node_rank, s.device_index, s.device_id, s.slices, s.slot, s.valid)
+           IS DISTINCT FROM (a.node_id, a.pool_id, a.shape, a.node_rank, a.device_index, a.device_id, a.slices, a.slot, a.valid)
         OR s.busy * tstzmultirange(tstzrange(%(now)s, NULL)) <> coalesce(c.busy, '{}')"""
 
 

@@ -1,8 +1,8 @@
 -- Layout changes of one GPU in any order, at any future time, some of its atoms booked: each either
 -- succeeds or answers a contract code (SQLSTATE class BC), and after a success the GPU's atoms at
--- every instant from the change on are exactly the new layout's.
+-- every instant from the change on are exactly the new layout's; compute.atom_busy follows every change.
 BEGIN;
-SELECT plan(3);
+SELECT plan(4);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 SELECT setseed(0.2030);
 
@@ -69,6 +69,8 @@ SELECT is((SELECT array_agg(DISTINCT format('step %s %s at %s: %s', step, layout
 SELECT is((SELECT array_agg(format('step %s %s at %s: wrong atoms at %s', step, layout, at, wrong)) FROM outcome
             WHERE wrong IS NOT NULL), NULL, 'after each change, the GPU is laid out as it says from then on');
 SELECT cmp_ok((SELECT count(*)::integer FROM outcome WHERE sqlstate IS NULL), '>=', 100, 'most changes succeed');
+SELECT is((SELECT array_agg(m.atom_id) FROM compute.atom_busy_mismatches() AS m), NULL,
+          'every atom''s busy summary and its copied place and validity (compute.atom_busy) followed the changes');
 
 SELECT * FROM finish();
 ROLLBACK;
