@@ -4,14 +4,15 @@ stay a Sqitch project that the real `sqitch` deploys, verifies and reverts."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from better_compute import migrate
+from better_compute import embedded, migrate
 from schema_catalog import OUR_ROLES, leftover_objects, schema_diff, schema_dump
 from sqitch_support import sqitch, sqitch_environment, sqitch_verify_failures
 
@@ -109,23 +110,53 @@ def hide_role(conn: psycopg.Connection, role: str) -> None:
     conn.execute(rename.format(sql.Identifier(role), sql.Identifier(f"{role}_hidden")))
 
 
+@dataclass(frozen=True)
+class VerifyOutcome:
+    """A verify script's error (None: it passed) without what it checks, and right after its change."""
+
+    without: psycopg.Error | None
+    with_it: psycopg.Error | None
+
+
+@pytest.fixture(scope="module")
+def plan_walk(pg_server: embedded.Cluster) -> Iterator[dict[tuple[str, str | None], VerifyOutcome]]:
+    """One database deployed one change at a time along the plan: each case's verify script run just
+    before its change (every earlier change applied: what reverting to the previous change leaves,
+    test_deploy_revert_all_deploy_again checks that the reverts get there) and just after it; for
+    `roles`, after it, once with each role hidden. One walk instead of a full deploy and a revert per
+    case."""
+    name = "bc_plan_walk"
+    with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = pg_server.conninfo(name)
+    outcomes: dict[tuple[str, str | None], VerifyOutcome] = {}
+    try:
+        with psycopg.connect(dsn) as conn:
+            for change in PLAN.changes:
+                before_it = verify_error(conn, change)
+                assert migrate.migrate(dsn, to=change.name) == [change.name]
+                after_it = verify_error(conn, change)
+                if change.name != ROLES_CHANGE:
+                    outcomes[change.name, None] = VerifyOutcome(before_it, after_it)
+                    continue
+                for role in OUR_ROLES:
+                    hide_role(conn, role)
+                    outcomes[change.name, role] = VerifyOutcome(verify_error(conn, change), after_it)
+        yield outcomes
+    finally:
+        with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 @pytest.mark.parametrize(("change", "hidden_role"), CASES_WITHOUT_A_CHANGE)
 def test_each_verify_script_fails_without_its_change(
-    empty_database: Callable[[], str], change: migrate.Change, hidden_role: str | None
+    plan_walk: dict[tuple[str, str | None], VerifyOutcome], change: migrate.Change, hidden_role: str | None
 ) -> None:
-    dsn = built_by_migrations(empty_database)
-    with psycopg.connect(dsn) as conn:
-        error = verify_error(conn, change)
-        assert error is None, f"verify/{change.name}.sql fails on a fully migrated database: {error}"
-
-        if hidden_role is None:
-            previous = CHANGE_NAMES[CHANGE_NAMES.index(change.name) - 1]
-            migrate.revert(dsn, to=previous)
-        else:
-            hide_role(conn, hidden_role)
-
-        missing = f"role {hidden_role}" if hidden_role else f"change {change.name}"
-        assert verify_error(conn, change) is not None, f"verify/{change.name}.sql passes without {missing}"
+    outcome = plan_walk[change.name, hidden_role]
+    assert outcome.with_it is None, f"verify/{change.name}.sql fails right after its change: {outcome.with_it}"
+    missing = f"role {hidden_role}" if hidden_role else f"change {change.name}"
+    assert outcome.without is not None, f"verify/{change.name}.sql passes without {missing}"
 
 
 def before(name: str) -> str:
