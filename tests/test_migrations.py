@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,28 @@ ROLES_CHANGE = "roles"  # roles belong to the cluster, shared with the session's
 SUPERSEDED = migrate.read_superseded()  # released verify scripts a later change made untrue
 
 
+@contextmanager
+def own_database(pg_server: embedded.Cluster, name: str) -> Iterator[str]:
+    """A database of a module-scoped fixture (empty_database's are dropped after each test)."""
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as conn:
+        conn.execute(drop)
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield pg_server.conninfo(name)
+    finally:
+        with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as conn:
+            conn.execute(drop)
+
+
+@pytest.fixture(scope="module")
+def migrated_catalog(pg_server: embedded.Cluster) -> str:
+    """The catalog (schema_dump) of a database built by the migrations, shared by the comparisons."""
+    with own_database(pg_server, "bc_migrated_catalog") as dsn:
+        migrate.migrate(dsn)
+        return schema_dump(dsn)
+
+
 def built_by_migrations(empty_database: Callable[[], str]) -> str:
     dsn = empty_database()
     migrate.migrate(dsn)
@@ -34,8 +57,8 @@ def built_from_sql_dir(empty_database: Callable[[], str]) -> str:
     return dsn
 
 
-def test_migrations_and_sql_dir_build_the_same_catalog(empty_database: Callable[[], str]) -> None:
-    by_migrations = schema_dump(built_by_migrations(empty_database))
+def test_migrations_and_sql_dir_build_the_same_catalog(empty_database: Callable[[], str], migrated_catalog: str) -> None:
+    by_migrations = migrated_catalog
     from_sql_dir = schema_dump(built_from_sql_dir(empty_database))
     diff = schema_diff(by_migrations, from_sql_dir, labels=("migrations/", "sql/"))
     assert diff == "", f"migrations/ and sql/ build different catalogs:\n{diff}"
@@ -51,13 +74,12 @@ def test_migrations_and_sql_dir_build_the_same_catalog(empty_database: Callable[
      ["DEFAULT PRIVILEGES FOR ROLE bc_owner ON FUNCTIONS"]),
 ], ids=["column", "function", "grant", "owner", "comment", "database-wide-default-privileges"])
 def test_catalog_comparison_reports_a_difference(
-    empty_database: Callable[[], str], alteration: str, expected_in_diff: list[str]
+    empty_database: Callable[[], str], migrated_catalog: str, alteration: str, expected_in_diff: list[str]
 ) -> None:
-    by_migrations = built_by_migrations(empty_database)
     altered = built_from_sql_dir(empty_database)
     with psycopg.connect(altered) as conn:
         conn.execute(alteration)
-    diff = schema_diff(schema_dump(by_migrations), schema_dump(altered), labels=("migrations/", "altered"))
+    diff = schema_diff(migrated_catalog, schema_dump(altered), labels=("migrations/", "altered"))
     assert diff != "", f"the comparison missed: {alteration}"
     missing = [text for text in expected_in_diff if text not in diff]
     assert not missing, f"the diff does not name {missing}:\n{diff}"
@@ -125,28 +147,19 @@ def plan_walk(pg_server: embedded.Cluster) -> Iterator[dict[tuple[str, str | Non
     test_deploy_revert_all_deploy_again checks that the reverts get there) and just after it; for
     `roles`, after it, once with each role hidden. One walk instead of a full deploy and a revert per
     case."""
-    name = "bc_plan_walk"
-    with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = pg_server.conninfo(name)
     outcomes: dict[tuple[str, str | None], VerifyOutcome] = {}
-    try:
-        with psycopg.connect(dsn) as conn:
-            for change in PLAN.changes:
-                before_it = verify_error(conn, change)
-                assert migrate.migrate(dsn, to=change.name) == [change.name]
-                after_it = verify_error(conn, change)
-                if change.name != ROLES_CHANGE:
-                    outcomes[change.name, None] = VerifyOutcome(before_it, after_it)
-                    continue
-                for role in OUR_ROLES:
-                    hide_role(conn, role)
-                    outcomes[change.name, role] = VerifyOutcome(verify_error(conn, change), after_it)
+    with own_database(pg_server, "bc_plan_walk") as dsn, psycopg.connect(dsn) as conn:
+        for change in PLAN.changes:
+            before_it = verify_error(conn, change)
+            assert migrate.migrate(dsn, to=change.name) == [change.name]
+            after_it = verify_error(conn, change)
+            if change.name != ROLES_CHANGE:
+                outcomes[change.name, None] = VerifyOutcome(before_it, after_it)
+                continue
+            for role in OUR_ROLES:
+                hide_role(conn, role)
+                outcomes[change.name, role] = VerifyOutcome(verify_error(conn, change), after_it)
         yield outcomes
-    finally:
-        with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.mark.parametrize(("change", "hidden_role"), CASES_WITHOUT_A_CHANGE)
