@@ -13,8 +13,9 @@ million historical bookings, keep that state as a template database, then measur
   - the raw insert rate into a table with the same exclusion constraint, same clients, same duration;
   - the two-step floor: one row inserted, then updated, in two transactions, into a table with the
     same partial exclusion constraint: the most any two-transaction admission can reach;
-  - the same rows a reservation writes, straight into the real tables (no placement), three ways: in
-    one transaction; then a reservation-only update in a second; then an update of both;
+  - the same rows a reservation writes (one booking per atom asked for), straight into the real tables
+    (no placement), three ways: in one transaction; then a reservation-only update in a second; then
+    an update of both;
   - capacity_free and capacity_earliest latencies with the history present.
 Prints a table, then issue 16's targets as MET / NOT MET with the figures, and writes every figure to
 the "capacity" section of .bc/bench.json. BENCH_SECONDS, BENCH_NODES_PER_POOL, BENCH_HISTORY_PER_PAIR
@@ -71,6 +72,7 @@ RUN_SECONDS = int(os.environ.get("BENCH_SECONDS", "20"))
 FILL_RESERVATIONS = int(os.environ.get("BENCH_FILL", "17000"))  # admitted after the loaded state before the "filled" run
 BOOKING_HORIZON = timedelta(days=30)
 SHAPE_WEIGHTS = {"gpu": 0.8, "mig:3g.71gb": 0.1, "slot": 0.1}
+REQUEST_COUNTS = (1, 2)             # atoms a request asks for, drawn evenly (the same-rows floors write as many bookings)
 CAPACITY_FREE_CALLS = 200
 WHOLE_GPUS_PER_POOL = NODES_PER_POOL * (GPUS_PER_NODE - 2)
 # capacity_earliest: (shape, count, hours); the last asks for every whole GPU of a pool, so it must search
@@ -380,7 +382,7 @@ class RequestMaker:
         return {"tenant_id": tenant_id(self.first_tenant + self.rng.randrange(TENANTS_PER_CLIENT)),
                 "pool_id": self.rng.choice(self.pools),
                 "shape": self.rng.choices(list(SHAPE_WEIGHTS), weights=list(SHAPE_WEIGHTS.values()))[0],
-                "count": self.rng.randint(1, 2),
+                "count": self.rng.choice(REQUEST_COUNTS),
                 "start": start.isoformat(), "end": (start + timedelta(hours=self.rng.randint(1, 48))).isoformat()}
 
 
@@ -577,7 +579,7 @@ def print_report(report: dict[str, Any]) -> None:
     for adm in report["admission"]:
         for outcome, count in sorted((adm["conflicts"] | adm["errors"]).items()):
             print(f"  {adm['clients']} client(s): {count} x {outcome}")
-    print("Same rows (a reservation and its booking written straight into the real tables, no placement), "
+    print("Same rows (a reservation and its bookings, one per atom of a request, written straight into the real tables, no placement), "
           f"{max(CLIENT_COUNTS)} clients:")
     for same in report["same_rows"]:
         print(f"  {same['workload']:<38} {same['per_second']:8.1f}/s, p50 {same['latency']['p50_ms']} ms, "
@@ -720,13 +722,13 @@ def free_fraction(dsn: str) -> float:
         return float(conn.execute(FREE_FRACTION, {"horizon": BOOKING_HORIZON}).fetchone()[0])
 
 
-# The same rows a reservation of one whole GPU writes (reservation, booking), into the real tables
-# with all their constraints, indexes and triggers, but without placement, quota or idempotency:
-# what the admission flow costs on top of its own writes. Never a conflict (a failed insert would
-# cost CPU and count for nothing, lowering the floor): each client writes on its own whole GPUs, in
-# slots of a year after every loaded booking, one year per floor, at random places as admission's
-# windows are. The
-# floors: the rows in their final state in one transaction; the rows, then the reservation's
+# The same rows a reservation writes (its reservation, one booking per atom: as many atoms as admission's
+# requests ask for, REQUEST_COUNTS, on one node, as placement puts them), into the real tables with all
+# their constraints, indexes and triggers, but without placement, quota or idempotency: what the
+# admission flow costs on top of its own writes. Never a conflict (a failed insert would cost CPU and
+# count for nothing, lowering the floor): each client writes on its own nodes' whole GPUs, in slots of
+# a year after every loaded booking, one year per floor, at random places as admission's windows are.
+# The floors: the rows in their final state in one transaction; the rows, then the reservation's
 # activation in a second transaction (a booking written once, as issue 16 asks); the rows, then both
 # activated (what admission wrote before issue 16). Each transaction is one statement, one round
 # trip, as admission's are.
@@ -734,16 +736,16 @@ INSERT_SAME_ROWS = """
 WITH reservation AS (
     INSERT INTO compute.reservations (reservation_id, tenant_id, site_id, pool_id, shape, count, during, state, request_hash,
                                       created_at, activated_at, expires_at)
-    SELECT gen_random_uuid(), %(tenant)s, a.site_id, a.pool_id, a.shape, 1, tstzrange(%(start)s, %(end)s),
+    SELECT gen_random_uuid(), %(tenant)s, a.site_id, a.pool_id, a.shape, cardinality(%(atoms)s::uuid[]), tstzrange(%(start)s, %(end)s),
            %(reservation_state)s::text, 'raw', now(), CASE WHEN %(reservation_state)s::text = 'active' THEN now() END,
            CASE WHEN %(reservation_state)s::text = 'provisional' THEN now() + interval '5 minutes' END
-      FROM compute.atoms AS a WHERE a.atom_id = %(atom)s
+      FROM compute.atoms AS a WHERE a.atom_id = (%(atoms)s::uuid[])[1]
     RETURNING *)
 INSERT INTO compute.bookings (reservation_id, tenant_id, site_id, pool_id, node_id, device_id, atom_id, slices, shares,
                               gpu_fraction, during, state)
 SELECT r.reservation_id, r.tenant_id, a.site_id, a.pool_id, a.node_id, a.device_id, a.atom_id, a.slices, a.shares,
        a.gpu_fraction, r.during, %(booking_state)s
-  FROM reservation AS r JOIN compute.atoms AS a ON a.atom_id = %(atom)s
+  FROM reservation AS r JOIN compute.atoms AS a ON a.atom_id = ANY (%(atoms)s::uuid[])
 RETURNING reservation_id
 """
 ACTIVATE_RESERVATION = ("UPDATE compute.reservations SET state = 'active', expires_at = NULL, activated_at = now() "
@@ -774,21 +776,22 @@ SAME_ROWS_SLOTS = 178                    # slots in a year: windows land anywher
 SAME_ROWS_YEAR = timedelta(days=366)
 
 
-def same_rows_client(dsn: str, floor: SameRows, atoms: list[str], origin: datetime, rng: random.Random, stop_at: float,
-                     tally: ClientTally) -> None:
-    """One reservation and its booking on one of the client's own whole GPUs, in a slot of the year
-    from `origin` that this client has not used on that GPU (drawn at random, so the rows spread over
-    the indexes as admission's do), then the floor's update, until stop_at."""
+def same_rows_client(dsn: str, floor: SameRows, groups: list[list[str]], origin: datetime, rng: random.Random,
+                     stop_at: float, tally: ClientTally) -> None:
+    """One reservation and its bookings on the first atoms of one of the client's own groups of whole
+    GPUs (as many as a request asks for), in a slot of the year from `origin` that this client has not
+    used on that group (drawn at random, so the rows spread over the indexes as admission's do), then
+    the floor's update, until stop_at."""
     used: set[tuple[int, int]] = set()
 
     def draw() -> dict[str, object]:
-        while (slot := (rng.randrange(len(atoms)), rng.randrange(SAME_ROWS_SLOTS))) in used:
+        while (slot := (rng.randrange(len(groups)), rng.randrange(SAME_ROWS_SLOTS))) in used:
             pass
         used.add(slot)
         hours = rng.randint(1, 48)
         start = origin + slot[1] * SAME_ROWS_SLOT + timedelta(hours=rng.randint(0, 48 - hours))
-        return {"tenant": tenant_id(rng.randrange(TENANTS)), "atom": atoms[slot[0]], "start": start,
-                "end": start + timedelta(hours=hours), "reservation_state": floor.reservation_state,
+        return {"tenant": tenant_id(rng.randrange(TENANTS)), "atoms": groups[slot[0]][:rng.choice(REQUEST_COUNTS)],
+                "start": start, "end": start + timedelta(hours=hours), "reservation_state": floor.reservation_state,
                 "booking_state": floor.booking_state}
 
     def write(conn: psycopg.Connection, params: dict[str, object]) -> None:
@@ -798,13 +801,27 @@ def same_rows_client(dsn: str, floor: SameRows, atoms: list[str], origin: dateti
     client_loop(dsn, stop_at, tally, draw, write)
 
 
+def whole_gpu_groups(dsn: str) -> list[list[list[str]]]:
+    """Each node's whole GPUs in groups of max(REQUEST_COUNTS) (a node's last, smaller group left
+    out); the groups of a node, and the nodes, dealt out in turn to the clients of the most clients."""
+    size, clients = max(REQUEST_COUNTS), max(CLIENT_COUNTS)
+    by_node: dict[str, list[str]] = {}
+    with psycopg.connect(dsn) as conn:
+        for node, atom in conn.execute("SELECT node_id, atom_id FROM compute.atoms WHERE shape = 'gpu' AND upper_inf(valid) "
+                                       "ORDER BY node_id, device_index"):
+            by_node.setdefault(str(node), []).append(str(atom))
+    nodes = list(by_node.values())
+    return [[atoms[k:k + size] for atoms in nodes[i::clients] for k in range(0, len(atoms) - size + 1, size)]
+            for i in range(clients)]
+
+
 def same_rows_runs(dsn: str, rng: random.Random) -> list[RunResult]:
     """Each floor at the most clients, one after another on the same copy: client i writes on every
-    `clients`-th whole GPU, each floor in its own year after every loaded booking, so no two rows meet."""
+    `clients`-th node's whole GPUs, each floor in its own year after every loaded booking, so no two
+    rows meet."""
     clients = max(CLIENT_COUNTS)
+    groups = whole_gpu_groups(dsn)
     with psycopg.connect(dsn) as conn:
-        atoms = [str(row[0]) for row in conn.execute(
-            "SELECT atom_id FROM compute.atoms WHERE shape = 'gpu' AND upper_inf(valid) ORDER BY atom_id")]
         after_all = conn.execute("SELECT max(upper(during)) FROM compute.bookings").fetchone()[0]
     runs = []
     for number, floor in enumerate(SAME_ROWS_FLOORS):
@@ -812,7 +829,7 @@ def same_rows_runs(dsn: str, rng: random.Random) -> list[RunResult]:
         seeds = [random.Random(rng.random()) for _ in range(clients)]
         runs.append(measure(floor.workload, clients,
                             lambda i, stop, tally, floor=floor, origin=origin: same_rows_client(
-                                dsn, floor, atoms[i::clients], origin, seeds[i], stop, tally)))
+                                dsn, floor, groups[i], origin, seeds[i], stop, tally)))
     return runs
 
 
