@@ -6,29 +6,31 @@ CREATE FUNCTION compute.capacity_free(p_pool_id uuid, p_shape text, p_start time
 RETURNS TABLE (node_id uuid, node_name text, free_atoms integer, atom_ids uuid[])
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_now timestamptz := compute.compute_now();
 BEGIN
     IF p_start IS NULL OR p_end IS NULL OR p_end <= p_start THEN
         PERFORM compute.raise_error('INVALID_ARGUMENT', 'capacity_free needs a window with start < end', 'Pass start and end.');
     END IF;
+    IF p_end <= v_now THEN
+        PERFORM compute.raise_error('INVALID_ARGUMENT', pg_catalog.format('the window ended at %s', p_end),
+            'Ask for a window that ends after now: what is free can still be booked.');
+    END IF;
     PERFORM compute.pool_get(p_pool_id);
-    -- The live bookings of the pool that overlap the window (one index scan), then the schedulable
-    -- atoms of the shape with none of those on their slices and shares, as a hash anti-join on the
-    -- device: no per-atom or per-booking index probe, no per-atom function call (the checks of
-    -- compute.atom_is_schedulable are spelled out for that reason).
+    -- The schedulable atoms of the shape whose busy windows (compute.atom_busy, kept by the bookings
+    -- triggers, as placement reads them) leave the window free: one walk of the pool's atoms of the
+    -- shape, never the bookings, whose table grows with the pool's history. A window's past part
+    -- cannot be booked and is not asked about (the summaries hold no past); the checks of
+    -- compute.atom_is_schedulable are spelled out (no per-atom function call).
     RETURN QUERY
-    WITH busy AS MATERIALIZED (
-        SELECT b.device_id, b.slices, b.shares
-          FROM compute.bookings AS b
-         WHERE b.pool_id = p_pool_id AND b.state = 'held' AND b.during && tstzrange(p_start, p_end)
-    ), free AS (
-        SELECT a.node_id, a.atom_id, a.device_index, a.slices, a.slot
-          FROM compute.atoms AS a
-         WHERE a.pool_id = p_pool_id AND a.shape = p_shape
-           AND lower(a.valid) <= p_start AND (upper_inf(a.valid) OR upper(a.valid) >= p_end)
-           AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = a.node_id)
-           AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = a.device_id AND NOT x.present)
-           AND NOT EXISTS (SELECT 1 FROM busy
-                            WHERE busy.device_id = a.device_id AND busy.slices && a.slices AND busy.shares && a.shares)
+    WITH free AS (
+        SELECT s.node_id, s.atom_id, s.device_index, s.slices, s.slot
+          FROM compute.atom_busy AS s
+         WHERE s.pool_id = p_pool_id AND s.shape = p_shape
+           AND lower(s.valid) <= p_start AND (upper_inf(s.valid) OR upper(s.valid) >= p_end)
+           AND NOT (s.busy && tstzrange(greatest(p_start, v_now), p_end))
+           AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = s.node_id)
+           AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = s.device_id AND NOT x.present)
     ), per_node AS (
         SELECT f.node_id, count(*)::integer AS free_atoms,
                pg_catalog.array_agg(f.atom_id ORDER BY f.device_index, f.slices, f.slot) AS atom_ids

@@ -1,9 +1,10 @@
 -- compute.capacity_free lists, per node in pool order, the atoms of a shape that are free and
 -- schedulable for the whole window: a booking overlapping any part of the window takes its atom
 -- out, a MIG booking takes out its own instance only, and atoms that begin or end within the
--- window do not count.
+-- window do not count. What is free can still be booked: a window's past part is not asked about,
+-- and a window that has ended is INVALID_ARGUMENT.
 BEGIN;
-SELECT plan(10);
+SELECT plan(13);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 CREATE TEMP TABLE t ON COMMIT DROP AS SELECT pgtap_fixtures.fleet('pack', 2, 2) AS pool;
@@ -35,6 +36,15 @@ SELECT is(pg_temp.free('mig:3g.71gb', '2030-01-01 05:30+00', '2030-01-01 07:00+0
 
 SELECT throws_ok($$SELECT * FROM compute.capacity_free((SELECT pool FROM t), 'gpu', '2030-01-01 02:00+00', '2030-01-01 02:00+00')$$,
                  'BC400', NULL, 'an empty window is INVALID_ARGUMENT');
+
+-- At 02:00 the booking (01:00-03:00) still holds node 1's GPU 0; at 03:30 it is over, and a window
+-- that began at 00:00 asks about 03:30-04:00 only.
+SELECT compute.clock_pin('2030-01-01 02:00+00', true);
+SELECT is(pg_temp.free('gpu', '2030-01-01 00:00+00', '2030-01-01 04:00+00'), '1:1 2:2', 'at 02:00, a window from 00:00: three');
+SELECT compute.clock_pin('2030-01-01 03:30+00', true);
+SELECT is(pg_temp.free('gpu', '2030-01-01 00:00+00', '2030-01-01 04:00+00'), '1:2 2:2', 'at 03:30, the same window: four (its past is not asked about)');
+SELECT throws_ok($$SELECT * FROM compute.capacity_free((SELECT pool FROM t), 'gpu', '2030-01-01 01:00+00', '2030-01-01 03:00+00')$$,
+                 'BC400', NULL, 'a window that has ended is INVALID_ARGUMENT');
 
 SELECT * FROM finish();
 ROLLBACK;
