@@ -269,23 +269,20 @@ DECLARE
     v_candidates compute.placement_candidate[];
 BEGIN
     -- Two statements, one per order, so that each walks its own index (atom_busy_pack_order,
-    -- atom_busy_spread_order) and stops after p_limit. Their filter is the same: it spells out
-    -- compute.atom_is_schedulable, because calls of it (not inlinable: it holds subqueries) cost a
-    -- function call per scanned atom; `valid @> window` is written as bounds (statistics on them:
-    -- compute.atom_busy_validity); whether the atom is free is its busy windows, on the very row
-    -- the walk reads (never bookings, whose size grows with the pool's history; nor a probe per
-    -- atom, which a filled pool's walk repeats for every busy atom ahead of the free ones).
+    -- atom_busy_spread_order) and stops after p_limit. Their filter is the same: compute.placeable_atoms
+    -- (the checks of compute.atom_is_schedulable, spelled out in a view rather than called per scanned
+    -- atom: not inlinable, it holds subqueries) and the window: `valid @> window` written as bounds
+    -- (statistics on them: compute.atom_busy_validity); whether the atom is free is its busy windows,
+    -- on the very row the walk reads (never bookings, whose size grows with the pool's history; nor
+    -- a probe per atom, which a filled pool's walk repeats for every busy atom ahead of the free ones).
     IF p_spread THEN
         SELECT pg_catalog.array_agg(ROW(c.atom_id, c.node_id, c.device_id, d.uuid, d.nvlink_peers, c.node_rank, c.device_index,
                                         lower(c.slices), c.slot)::compute.placement_candidate)
           INTO v_candidates
-          FROM (SELECT s.atom_id, s.node_id, s.device_id, s.node_rank, s.device_index, s.slices, s.slot FROM compute.atom_busy AS s
+          FROM (SELECT s.atom_id, s.node_id, s.device_id, s.node_rank, s.device_index, s.slices, s.slot FROM compute.placeable_atoms AS s
                  WHERE s.pool_id = p_pool_id AND s.shape = p_shape AND NOT (s.device_id = ANY (p_skip))
                    AND lower(s.valid) <= lower(p_during) AND (upper_inf(s.valid) OR upper(s.valid) >= upper(p_during))
                    AND NOT (s.busy && p_during)
-                   AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = s.node_id)
-                   AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = s.device_id AND NOT x.present)
-                   AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = s.device_id AND k.critical)
                  ORDER BY s.pool_id, s.shape, s.device_index, s.node_rank, s.slices, s.slot
                  LIMIT p_limit) AS c
           JOIN compute.devices AS d ON d.device_id = c.device_id;
@@ -293,13 +290,10 @@ BEGIN
         SELECT pg_catalog.array_agg(ROW(c.atom_id, c.node_id, c.device_id, d.uuid, d.nvlink_peers, c.node_rank, c.device_index,
                                         lower(c.slices), c.slot)::compute.placement_candidate)
           INTO v_candidates
-          FROM (SELECT s.atom_id, s.node_id, s.device_id, s.node_rank, s.device_index, s.slices, s.slot FROM compute.atom_busy AS s
+          FROM (SELECT s.atom_id, s.node_id, s.device_id, s.node_rank, s.device_index, s.slices, s.slot FROM compute.placeable_atoms AS s
                  WHERE s.pool_id = p_pool_id AND s.shape = p_shape AND NOT (s.device_id = ANY (p_skip))
                    AND lower(s.valid) <= lower(p_during) AND (upper_inf(s.valid) OR upper(s.valid) >= upper(p_during))
                    AND NOT (s.busy && p_during)
-                   AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = s.node_id)
-                   AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = s.device_id AND NOT x.present)
-                   AND NOT EXISTS (SELECT 1 FROM compute.device_conditions AS k WHERE k.device_id = s.device_id AND k.critical)
                  ORDER BY s.pool_id, s.shape, s.node_rank, s.device_index, s.slices, s.slot
                  LIMIT p_limit) AS c
           JOIN compute.devices AS d ON d.device_id = c.device_id;

@@ -17,20 +17,17 @@ BEGIN
             'Ask for a window that ends after now: what is free can still be booked.');
     END IF;
     PERFORM compute.pool_get(p_pool_id);
-    -- The schedulable atoms of the shape whose busy windows (compute.atom_busy, kept by the bookings
-    -- triggers, as placement reads them) leave the window free: one walk of the pool's atoms of the
-    -- shape, never the bookings, whose table grows with the pool's history. A window's past part
-    -- cannot be booked and is not asked about (the summaries hold no past); the checks of
-    -- compute.atom_is_schedulable are spelled out (no per-atom function call).
+    -- The atoms placement may give (compute.placeable_atoms) of the shape, valid for the whole window,
+    -- whose busy windows (kept by the bookings triggers, as placement reads them) leave it free: one
+    -- walk of the pool's atoms of the shape, never the bookings, whose table grows with the pool's
+    -- history. A window's past part cannot be booked and is not asked about (the summaries hold no past).
     RETURN QUERY
     WITH free AS (
         SELECT s.node_id, s.atom_id, s.device_index, s.slices, s.slot
-          FROM compute.atom_busy AS s
+          FROM compute.placeable_atoms AS s
          WHERE s.pool_id = p_pool_id AND s.shape = p_shape
            AND lower(s.valid) <= p_start AND (upper_inf(s.valid) OR upper(s.valid) >= p_end)
            AND NOT (s.busy && tstzrange(greatest(p_start, v_now), p_end))
-           AND NOT EXISTS (SELECT 1 FROM compute.node_flags AS f WHERE f.node_id = s.node_id)
-           AND NOT EXISTS (SELECT 1 FROM compute.devices AS x WHERE x.device_id = s.device_id AND NOT x.present)
     ), per_node AS (
         SELECT f.node_id, count(*)::integer AS free_atoms,
                pg_catalog.array_agg(f.atom_id ORDER BY f.device_index, f.slices, f.slot) AS atom_ids

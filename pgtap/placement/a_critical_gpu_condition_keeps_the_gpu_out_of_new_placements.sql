@@ -1,9 +1,9 @@
 -- A node reports GPU 0 fallen off the bus (XID 79): no new placement on that GPU, every booking
 -- stays as it was (P6), operators see who said what and since when in ops.nodes, and the tenant
 -- holding the GPU sees the condition on their reservation's device. When the node stops reporting
--- it, the GPU takes placements again.
+-- it, the GPU takes placements again. compute.capacity_free lists what placement may give: not such a GPU.
 BEGIN;
-SELECT plan(9);
+SELECT plan(11);
 SELECT compute.clock_pin('2030-01-01 00:00+00', true);
 
 SELECT pgtap_fixtures.fleet('pack', 1, 2, false, pgtap_fixtures.tenant('A')) AS pool \gset
@@ -28,6 +28,8 @@ SELECT throws_ok(format($$SELECT compute.reserve(pgtap_fixtures.request(%L, 'gpu
 SELECT throws_ok(format($$SELECT compute.reserve(pgtap_fixtures.request(%L, 'gpu', 1, '2030-01-02 00:00+00', '2030-01-02 01:00+00',
                                                                         '{"tenant_id": "%s"}'))$$, :'pool', pgtap_fixtures.tenant('A')),
                  'BC409', NULL, 'nor a later one');
+SELECT is((SELECT count(*) FROM compute.capacity_free(:'pool', 'gpu', '2030-01-01 00:00+00', '2030-01-01 01:00+00')),
+          0::bigint, 'capacity_free lists neither GPU');
 SELECT is((SELECT jsonb_agg(to_jsonb(b) - 'booking_id' ORDER BY b.booking_id) FROM compute.bookings AS b WHERE node_id = :'node'),
           :'bookings_before'::jsonb, 'the bookings are unchanged');
 SELECT is((SELECT gpus_unschedulable FROM ops.nodes WHERE node_id = :'node'), 2::bigint, 'ops.nodes counts the GPUs kept out');
@@ -47,6 +49,8 @@ SELECT compute.node_spec_observed(:'node', :g, jsonb_build_array(
     jsonb_build_object('gpu_uuid', :'held', 'type', 'FallenOffBus', 'status', true, 'reason', 'Xid79', 'message', 'GPU has fallen off the bus')));
 SELECT is((SELECT count(*) FROM compute.device_conditions AS c JOIN compute.devices AS d USING (device_id) WHERE d.uuid = :'other'),
           0::bigint, 'a condition not reported any more is gone');
+SELECT is((SELECT array_agg(f.free_atoms) FROM compute.capacity_free(:'pool', 'gpu', '2030-01-01 00:00+00', '2030-01-01 01:00+00') AS f),
+          ARRAY[1], 'capacity_free lists the GPU back');
 SELECT is(compute.reserve(pgtap_fixtures.request(:'pool', 'gpu', 1, '2030-01-01 00:00+00', '2030-01-01 01:00+00',
                                                  jsonb_build_object('tenant_id', pgtap_fixtures.tenant('A')))) IS NOT NULL, true,
           'the GPU back takes placements again');
